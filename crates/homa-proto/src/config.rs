@@ -1,0 +1,208 @@
+//! Engine configuration. Every default is explained in `docs/protocol.md`.
+
+use crate::wire::{DATA_PACKET_OVERHEAD, MAX_PRIORITIES};
+use thiserror::Error;
+
+/// Parameters of one endpoint. `Config::default()` suits a 25 Gbps datacenter
+/// network with a round trip of about 20 µs, similar to the Linux module's defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Rate of this host's link, bits per second. Drives the NIC queue model and
+    /// the default window sizes.
+    pub link_bps: u64,
+    /// Round-trip time (ns) for a small packet, including software on both ends.
+    pub rtt_ns: u64,
+    /// Largest datagram the engine emits (UDP payload bytes, headers included).
+    pub max_packet_size: usize,
+    /// Leading bytes of each message sent without a grant. `None`: one RTT's worth
+    /// of bytes at `link_bps` (rtt_bytes).
+    pub unsched_bytes: Option<u32>,
+    /// Bytes the receiver lets a scheduled message have in flight beyond what it
+    /// has received. `None`: rtt_bytes.
+    pub grant_window: Option<u32>,
+    /// Number of priority levels in use (1..=8). Level `n-1` is the highest.
+    pub priority_levels: u8,
+    /// How many of the highest levels are reserved for unscheduled packets
+    /// (1..=priority_levels). When equal to `priority_levels`, scheduled packets
+    /// share level 0.
+    pub unsched_priorities: u8,
+    /// Unscheduled priority cutoffs announced to senders: a message of length L
+    /// uses the highest unscheduled level `i` (counting down from the top) with
+    /// `L <= unsched_cutoffs[i]`. Must be ascending; the last entry should be
+    /// `u32::MAX`. Only the first `unsched_priorities` entries are used.
+    pub unsched_cutoffs: [u32; MAX_PRIORITIES],
+    /// Version of `unsched_cutoffs`; change it whenever they change.
+    pub cutoff_version: u16,
+    /// Messages the receiver grants to at once (controlled overcommitment).
+    pub max_overcommit: usize,
+    /// Cap on bytes granted but not yet received, across all incoming messages.
+    /// `None`: `max_overcommit × grant_window`.
+    pub max_incoming: Option<u64>,
+    /// Per-mille of granted bytes given to the oldest message instead of the
+    /// shortest, so that large messages cannot starve.
+    pub grant_fifo_permille: u32,
+    /// Per-mille of transmitted bytes given to the oldest outgoing message
+    /// instead of the shortest.
+    pub pacer_fifo_permille: u32,
+    /// The NIC queue estimate may be at most this many ns when a packet is
+    /// released. `None`: the transmission time of one full-size packet.
+    pub max_nic_queue_ns: Option<u64>,
+    /// Messages no longer than this skip the queue limit (they are sent at once).
+    pub pacer_bypass_bytes: u32,
+    /// Silence (ns) after which a receiver asks for missing bytes again.
+    pub resend_interval_ns: u64,
+    /// Silence (ns) from a peer after which an RPC is abandoned (client: fails
+    /// with [`crate::RpcError::Timeout`]).
+    pub rpc_timeout_ns: u64,
+    /// A server keeps the id of an acknowledged RPC this long (ns) so that
+    /// delayed duplicates of its request are not executed again.
+    pub tombstone_ns: u64,
+    /// A peer with no RPCs is forgotten after this long (ns).
+    pub peer_idle_ns: u64,
+    /// Largest message accepted or sent.
+    pub max_message_length: u32,
+    /// Most concurrent server RPCs from one peer.
+    pub max_server_rpcs_per_peer: usize,
+    /// Most concurrent client RPCs of this endpoint.
+    pub max_client_rpcs: usize,
+    /// Most peers tracked at once.
+    pub max_peers: usize,
+    /// Receive pool size in bytes.
+    pub pool_bytes: usize,
+    /// Compute and require packet checksums (CRC-32C).
+    pub checksum: bool,
+    /// Seed for this endpoint's first RPC id. Ids must not repeat across
+    /// restarts of an endpoint at the same address, so drivers pass something
+    /// that differs per incarnation (time, random).
+    pub rpc_id_seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            link_bps: 25_000_000_000,
+            rtt_ns: 20_000,
+            max_packet_size: 1472,
+            unsched_bytes: None,
+            grant_window: None,
+            priority_levels: 8,
+            unsched_priorities: 4,
+            unsched_cutoffs: [
+                1_000,
+                10_000,
+                100_000,
+                u32::MAX,
+                u32::MAX,
+                u32::MAX,
+                u32::MAX,
+                u32::MAX,
+            ],
+            cutoff_version: 1,
+            max_overcommit: 8,
+            max_incoming: None,
+            grant_fifo_permille: 50,
+            pacer_fifo_permille: 50,
+            max_nic_queue_ns: None,
+            pacer_bypass_bytes: 1_000,
+            resend_interval_ns: 1_000_000,
+            rpc_timeout_ns: 2_000_000_000,
+            tombstone_ns: 1_000_000_000,
+            peer_idle_ns: 10_000_000_000,
+            max_message_length: 1_000_000,
+            max_server_rpcs_per_peer: 10_000,
+            max_client_rpcs: 100_000,
+            max_peers: 10_000,
+            pool_bytes: 64 << 20,
+            checksum: true,
+            rpc_id_seed: 1,
+        }
+    }
+}
+
+/// A configuration value is out of range.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+impl Config {
+    /// Bytes in one RTT at the link rate.
+    pub fn rtt_bytes(&self) -> u32 {
+        let b = (self.link_bps as u128 * self.rtt_ns as u128 / 8_000_000_000) as u64;
+        b.clamp(self.max_data_per_packet() as u64, u32::MAX as u64) as u32
+    }
+    /// Payload bytes in a full DATA packet.
+    pub fn max_data_per_packet(&self) -> usize {
+        self.max_packet_size.saturating_sub(DATA_PACKET_OVERHEAD)
+    }
+    pub fn effective_unsched_bytes(&self) -> u32 {
+        self.unsched_bytes.unwrap_or_else(|| self.rtt_bytes())
+    }
+    pub fn effective_grant_window(&self) -> u32 {
+        self.grant_window
+            .unwrap_or_else(|| self.rtt_bytes())
+            .max(self.max_data_per_packet() as u32)
+    }
+    pub fn effective_max_incoming(&self) -> u64 {
+        self.max_incoming
+            .unwrap_or(self.max_overcommit as u64 * self.effective_grant_window() as u64)
+    }
+    /// Ns to transmit `bytes` at the link rate (at least 1).
+    pub fn wire_time_ns(&self, bytes: usize) -> u64 {
+        ((bytes as u128 * 8_000_000_000) / self.link_bps.max(1) as u128).max(1) as u64
+    }
+    pub fn effective_max_nic_queue_ns(&self) -> u64 {
+        self.max_nic_queue_ns
+            .unwrap_or_else(|| self.wire_time_ns(self.max_packet_size))
+    }
+
+    /// Checks every field; the engine refuses an invalid configuration.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError(m));
+        if self.link_bps < 1_000_000 {
+            return bad(format!("link_bps {} is below 1 Mbps", self.link_bps));
+        }
+        if self.max_packet_size < DATA_PACKET_OVERHEAD + 64 || self.max_packet_size > 65_000 {
+            return bad(format!(
+                "max_packet_size {} must be in {}..=65000",
+                self.max_packet_size,
+                DATA_PACKET_OVERHEAD + 64
+            ));
+        }
+        if self.priority_levels == 0 || self.priority_levels as usize > MAX_PRIORITIES {
+            return bad(format!("priority_levels {} must be 1..=8", self.priority_levels));
+        }
+        if self.unsched_priorities == 0 || self.unsched_priorities > self.priority_levels {
+            return bad(format!(
+                "unsched_priorities {} must be 1..=priority_levels",
+                self.unsched_priorities
+            ));
+        }
+        let used = &self.unsched_cutoffs[..self.unsched_priorities as usize];
+        if used.windows(2).any(|w| w[0] > w[1]) {
+            return bad("unsched_cutoffs must be ascending".into());
+        }
+        if self.max_overcommit == 0 {
+            return bad("max_overcommit must be at least 1".into());
+        }
+        if self.grant_fifo_permille > 1000 || self.pacer_fifo_permille > 1000 {
+            return bad("fifo fractions are per-mille (0..=1000)".into());
+        }
+        if self.resend_interval_ns == 0 || self.rpc_timeout_ns < self.resend_interval_ns {
+            return bad("need 0 < resend_interval_ns <= rpc_timeout_ns".into());
+        }
+        if self.max_message_length == 0 {
+            return bad("max_message_length must be positive".into());
+        }
+        if self.pool_bytes < self.max_message_length as usize {
+            return bad(format!(
+                "pool_bytes {} cannot hold one message of max_message_length {}",
+                self.pool_bytes, self.max_message_length
+            ));
+        }
+        if self.max_peers == 0 || self.max_server_rpcs_per_peer == 0 || self.max_client_rpcs == 0
+        {
+            return bad("limits must be positive".into());
+        }
+        Ok(())
+    }
+}

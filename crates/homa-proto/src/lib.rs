@@ -1,0 +1,58 @@
+//! # homa-proto
+//!
+//! The Homa transport protocol as a sans-IO state machine: the caller passes the
+//! current time in, hands the engine received datagrams, and polls it for
+//! datagrams to transmit, for its next timer deadline and for application
+//! events. The engine never reads a clock, opens a socket or spawns a thread, so
+//! the UDP runtime, the simulator and the deterministic test network all drive
+//! the same code. Same inputs, same outputs.
+//!
+//! ```
+//! use homa_proto::{Config, Endpoint, Event};
+//! use std::net::SocketAddr;
+//!
+//! let a_addr: SocketAddr = "10.0.0.1:4000".parse().unwrap();
+//! let b_addr: SocketAddr = "10.0.0.2:4000".parse().unwrap();
+//! let mut a = Endpoint::new(Config::default(), 0).unwrap();
+//! let mut b = Endpoint::new(Config { rpc_id_seed: 7, ..Config::default() }, 0).unwrap();
+//! let id = a.send_request(0, b_addr, bytes::Bytes::from_static(b"ping")).unwrap();
+//!
+//! // A perfect, instant network: shuttle datagrams until both are quiet.
+//! let mut buf = Vec::new();
+//! let mut done = false;
+//! while !done {
+//!     done = true;
+//!     while let Some(t) = a.poll_transmit(0, &mut buf) {
+//!         b.handle_datagram(0, a_addr, &buf[..t.len]);
+//!         done = false;
+//!     }
+//!     while let Some(ev) = b.poll_event() {
+//!         if let Event::Request { rpc, message } = ev {
+//!             assert_eq!(message.to_vec(), b"ping");
+//!             b.send_response(0, rpc, bytes::Bytes::from_static(b"pong")).unwrap();
+//!         }
+//!     }
+//!     while let Some(t) = b.poll_transmit(0, &mut buf) {
+//!         a.handle_datagram(0, b_addr, &buf[..t.len]);
+//!         done = false;
+//!     }
+//! }
+//! match a.poll_event() {
+//!     Some(Event::Response { id: got, message }) => {
+//!         assert_eq!(got, id);
+//!         assert_eq!(message.to_vec(), b"pong");
+//!     }
+//!     other => panic!("unexpected {other:?}"),
+//! }
+//! ```
+
+pub mod config;
+mod endpoint;
+pub mod metrics;
+pub mod pool;
+pub mod wire;
+
+pub use config::{Config, ConfigError};
+pub use endpoint::{Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Time, Transmit};
+pub use metrics::{DropReason, Metrics};
+pub use pool::{Message, BPAGE_SIZE};

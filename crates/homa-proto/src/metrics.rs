@@ -1,0 +1,148 @@
+//! Counters kept by an endpoint. Plain integers: the engine is single-threaded.
+
+use crate::wire::PacketType;
+
+/// Why an incoming packet was dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Did not decode (truncated, bad version, unknown type, bad fields).
+    Malformed,
+    /// Checksum mismatch or missing.
+    BadChecksum,
+    /// Message length above `max_message_length`.
+    MessageTooLong,
+    /// The packet's message length disagrees with the RPC's.
+    InconsistentLength,
+    /// No RPC with this id (and the packet needs none to be answered).
+    UnknownRpc,
+    /// Would exceed `max_peers`.
+    TooManyPeers,
+    /// Would exceed the per-peer or total RPC limit.
+    TooManyRpcs,
+    /// DATA for bytes already received.
+    Duplicate,
+    /// DATA beyond what was granted, or for a message already complete.
+    Unexpected,
+    /// DATA for a message that waits for pool space.
+    PoolExhausted,
+    /// DATA for an RPC this server already finished (a delayed duplicate).
+    Tombstone,
+    /// The packet does not make sense in the RPC's state (e.g. GRANT to a server
+    /// that has not started its response).
+    WrongState,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 12] = [
+        DropReason::Malformed,
+        DropReason::BadChecksum,
+        DropReason::MessageTooLong,
+        DropReason::InconsistentLength,
+        DropReason::UnknownRpc,
+        DropReason::TooManyPeers,
+        DropReason::TooManyRpcs,
+        DropReason::Duplicate,
+        DropReason::Unexpected,
+        DropReason::PoolExhausted,
+        DropReason::Tombstone,
+        DropReason::WrongState,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Malformed => "malformed",
+            DropReason::BadChecksum => "bad_checksum",
+            DropReason::MessageTooLong => "message_too_long",
+            DropReason::InconsistentLength => "inconsistent_length",
+            DropReason::UnknownRpc => "unknown_rpc",
+            DropReason::TooManyPeers => "too_many_peers",
+            DropReason::TooManyRpcs => "too_many_rpcs",
+            DropReason::Duplicate => "duplicate",
+            DropReason::Unexpected => "unexpected",
+            DropReason::PoolExhausted => "pool_exhausted",
+            DropReason::Tombstone => "tombstone",
+            DropReason::WrongState => "wrong_state",
+        }
+    }
+    fn index(self) -> usize {
+        Self::ALL.iter().position(|r| *r == self).unwrap()
+    }
+}
+
+/// Endpoint counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Metrics {
+    pub packets_sent: [u64; 8],
+    pub packets_received: [u64; 8],
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Payload bytes of DATA packets sent / accepted.
+    pub data_bytes_sent: u64,
+    pub data_bytes_received: u64,
+    /// DATA packets sent again in answer to RESEND.
+    pub retransmitted_packets: u64,
+    pub retransmitted_bytes: u64,
+    /// RESEND packets sent because of silence.
+    pub resends_sent: u64,
+    /// Client RPCs restarted after RPC_UNKNOWN.
+    pub restarts: u64,
+    pub grants_sent: u64,
+    pub granted_bytes: u64,
+    pub timeouts: u64,
+    pub drops: [u64; 12],
+    pub requests_delivered: u64,
+    pub responses_delivered: u64,
+    pub rpcs_failed: u64,
+    /// Messages that had to wait for pool space.
+    pub pool_waits: u64,
+    /// Server RPCs discarded after an ACK.
+    pub acks_processed: u64,
+}
+
+impl Metrics {
+    pub fn drops(&self, reason: DropReason) -> u64 {
+        self.drops[reason.index()]
+    }
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+    pub(crate) fn drop(&mut self, reason: DropReason) {
+        self.drops[reason.index()] += 1;
+    }
+    pub fn sent(&self, t: PacketType) -> u64 {
+        self.packets_sent[t.index()]
+    }
+    pub fn received(&self, t: PacketType) -> u64 {
+        self.packets_received[t.index()]
+    }
+    /// (name, value) pairs of every counter, for printing and JSON.
+    pub fn iter(&self) -> Vec<(String, u64)> {
+        let mut v = Vec::new();
+        for t in PacketType::ALL {
+            v.push((format!("{}_sent", t.name()), self.sent(t)));
+            v.push((format!("{}_received", t.name()), self.received(t)));
+        }
+        for r in DropReason::ALL {
+            v.push((format!("drop_{}", r.name()), self.drops(r)));
+        }
+        let plain = [
+            ("bytes_sent", self.bytes_sent),
+            ("bytes_received", self.bytes_received),
+            ("data_bytes_sent", self.data_bytes_sent),
+            ("data_bytes_received", self.data_bytes_received),
+            ("retransmitted_packets", self.retransmitted_packets),
+            ("retransmitted_bytes", self.retransmitted_bytes),
+            ("resends_sent", self.resends_sent),
+            ("restarts", self.restarts),
+            ("grants_sent", self.grants_sent),
+            ("granted_bytes", self.granted_bytes),
+            ("timeouts", self.timeouts),
+            ("requests_delivered", self.requests_delivered),
+            ("responses_delivered", self.responses_delivered),
+            ("rpcs_failed", self.rpcs_failed),
+            ("pool_waits", self.pool_waits),
+            ("acks_processed", self.acks_processed),
+        ];
+        v.extend(plain.iter().map(|(n, x)| (n.to_string(), *x)));
+        v
+    }
+}

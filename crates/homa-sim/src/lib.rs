@@ -1,0 +1,4 @@
+//! # homa-sim
+//!
+//! A packet-level simulator of a datacenter network running Homa.
+pub mod workload;

@@ -48,6 +48,11 @@
 
 pub mod config;
 mod endpoint;
+mod incoming;
+mod outgoing;
+mod peer;
+mod rpc;
+mod timer;
 pub mod metrics;
 pub mod pool;
 pub mod wire;

@@ -135,7 +135,10 @@ pub struct Cutoffs {
 /// Body of a packet to encode.
 #[derive(Clone, Copy, Debug)]
 pub enum Body<'a> {
-    Data { header: DataHeader, payload: &'a [u8] },
+    Data {
+        header: DataHeader,
+        payload: &'a [u8],
+    },
     Grant(Grant),
     Resend(Resend),
     RpcUnknown,
@@ -149,7 +152,10 @@ pub enum Body<'a> {
 /// A decoded packet body; borrows the input buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Packet<'a> {
-    Data { header: DataHeader, payload: &'a [u8] },
+    Data {
+        header: DataHeader,
+        payload: &'a [u8],
+    },
     Grant(Grant),
     Resend(Resend),
     RpcUnknown,
@@ -210,7 +216,9 @@ pub enum DecodeError {
     BadVersion(u8),
     #[error("unknown packet type {0}")]
     UnknownType(u8),
-    #[error("unknown flag bits {0:#x}")]
+    /// Unknown flag bits are set (the value is the flags byte), or a reserved
+    /// byte is not zero (the value is that byte).
+    #[error("unknown flag bits or non-zero reserved byte {0:#x}")]
     BadFlags(u8),
     #[error("{0:?} packet has {1} bytes after its header")]
     TrailingBytes(PacketType, usize),
@@ -230,6 +238,15 @@ pub enum DecodeError {
     BadAckList(usize),
     #[error("RPC id 0 is reserved")]
     ZeroRpcId,
+}
+
+/// Reserved bytes must be zero so that a later version can give them a meaning
+/// that old decoders reject rather than silently ignore.
+fn check_reserved(bytes: &[u8]) -> Result<(), DecodeError> {
+    match bytes.iter().find(|b| **b != 0) {
+        Some(b) => Err(DecodeError::BadFlags(*b)),
+        None => Ok(()),
+    }
 }
 
 #[inline]
@@ -255,9 +272,10 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
     }
     let ptype = PacketType::from_u8(buf[1]).ok_or(DecodeError::UnknownType(buf[1]))?;
     let flags = buf[2];
-    if flags & !KNOWN_FLAGS != 0 || buf[3] != 0 {
+    if flags & !KNOWN_FLAGS != 0 {
         return Err(DecodeError::BadFlags(flags));
     }
+    check_reserved(&buf[3..4])?;
     let common = CommonHeader {
         from_client: flags & FLAG_FROM_CLIENT != 0,
         retransmit: flags & FLAG_RETRANSMIT != 0,
@@ -290,9 +308,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             if body.len() < DATA_HEADER_LEN {
                 return Err(DecodeError::Truncated(buf.len()));
             }
-            if u16_at(body, 14) != 0 {
-                return Err(DecodeError::BadFlags(flags));
-            }
+            check_reserved(&body[14..16])?;
             let header = DataHeader {
                 message_length: u32_at(body, 0),
                 offset: u32_at(body, 4),
@@ -321,9 +337,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
         }
         PacketType::Grant => {
             exact(8)?;
-            if body[5..8] != [0, 0, 0] {
-                return Err(DecodeError::BadFlags(flags));
-            }
+            check_reserved(&body[5..8])?;
             Packet::Grant(Grant {
                 offset: u32_at(body, 0),
                 priority: priority(body[4])?,
@@ -331,9 +345,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
         }
         PacketType::Resend => {
             exact(12)?;
-            if body[9..12] != [0, 0, 0] {
-                return Err(DecodeError::BadFlags(flags));
-            }
+            check_reserved(&body[9..12])?;
             Packet::Resend(Resend {
                 offset: u32_at(body, 0),
                 length: u32_at(body, 4),
@@ -354,9 +366,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
         }
         PacketType::Cutoffs => {
             exact(4 + 4 * MAX_PRIORITIES)?;
-            if u16_at(body, 2) != 0 {
-                return Err(DecodeError::BadFlags(flags));
-            }
+            check_reserved(&body[2..4])?;
             let mut cutoffs = [0u32; MAX_PRIORITIES];
             for (i, c) in cutoffs.iter_mut().enumerate() {
                 *c = u32_at(body, 4 + 4 * i);
@@ -431,7 +441,10 @@ pub fn encode(out: &mut Vec<u8>, common: &CommonHeader, body: &Body<'_>, checksu
             }
         }
         Body::Ack(ids) => {
-            assert!(ids.len() <= MAX_ACKS_PER_PACKET, "too many ACKs for one packet");
+            assert!(
+                ids.len() <= MAX_ACKS_PER_PACKET,
+                "too many ACKs for one packet"
+            );
             for id in ids.iter() {
                 out.extend_from_slice(&id.to_le_bytes());
             }
@@ -467,4 +480,753 @@ pub fn verify_checksum(packet: &[u8], required: bool) -> bool {
         return !required;
     }
     stored == compute_checksum(packet)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn common(from_client: bool, retransmit: bool) -> CommonHeader {
+        CommonHeader {
+            from_client,
+            retransmit,
+            rpc_id: 0x0102_0304_0506_0708,
+            send_time: 0x1111_2222_3333_4444,
+            echo_time: 0x5555_6666_7777_8888,
+        }
+    }
+
+    fn enc(common: &CommonHeader, body: &Body<'_>, checksum: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode(&mut out, common, body, checksum);
+        out
+    }
+
+    const PAYLOAD: &[u8] = b"0123456789abcdef";
+    const DATA_HDR: DataHeader = DataHeader {
+        message_length: 100,
+        offset: 40,
+        unsched_bytes: 60,
+        cutoff_version: 3,
+        ack: 0,
+    };
+    const GRANT: Grant = Grant {
+        offset: 70_000,
+        priority: 7,
+    };
+    const RESEND: Resend = Resend {
+        offset: 1416,
+        length: 2832,
+        priority: 5,
+    };
+    const CUTOFFS: Cutoffs = Cutoffs {
+        version: 9,
+        cutoffs: [1, 2, 3, 4, 5, 6, 7, u32::MAX],
+    };
+    const ACKS: [u64; 3] = [11, 12, u64::MAX];
+
+    /// One valid packet of every type, with its expected encoded length.
+    fn samples() -> Vec<(Body<'static>, usize)> {
+        vec![
+            (
+                Body::Data {
+                    header: DATA_HDR,
+                    payload: PAYLOAD,
+                },
+                DATA_PACKET_OVERHEAD + PAYLOAD.len(),
+            ),
+            (Body::Grant(GRANT), 40),
+            (Body::Resend(RESEND), 44),
+            (Body::RpcUnknown, 32),
+            (Body::Busy, 32),
+            (Body::Cutoffs(CUTOFFS), 68),
+            (Body::NeedAck, 32),
+            (Body::Ack(&ACKS), 32 + 24),
+        ]
+    }
+
+    fn body_type(body: &Body<'_>) -> PacketType {
+        match body {
+            Body::Data { .. } => PacketType::Data,
+            Body::Grant(_) => PacketType::Grant,
+            Body::Resend(_) => PacketType::Resend,
+            Body::RpcUnknown => PacketType::RpcUnknown,
+            Body::Busy => PacketType::Busy,
+            Body::Cutoffs(_) => PacketType::Cutoffs,
+            Body::NeedAck => PacketType::NeedAck,
+            Body::Ack(_) => PacketType::Ack,
+        }
+    }
+
+    /// True when a decoded packet carries exactly what `body` encoded.
+    fn same(packet: &Packet<'_>, body: &Body<'_>) -> bool {
+        match (packet, body) {
+            (
+                Packet::Data { header, payload },
+                Body::Data {
+                    header: h,
+                    payload: p,
+                },
+            ) => header == h && payload == p,
+            (Packet::Grant(a), Body::Grant(b)) => a == b,
+            (Packet::Resend(a), Body::Resend(b)) => a == b,
+            (Packet::Cutoffs(a), Body::Cutoffs(b)) => a == b,
+            (Packet::Ack(a), Body::Ack(b)) => a.len() == b.len() && a.iter().eq(b.iter().copied()),
+            (Packet::RpcUnknown, Body::RpcUnknown)
+            | (Packet::Busy, Body::Busy)
+            | (Packet::NeedAck, Body::NeedAck) => true,
+            _ => false,
+        }
+    }
+
+    fn round_trip(common: &CommonHeader, body: &Body<'_>) {
+        for checksum in [false, true] {
+            let bytes = enc(common, body, checksum);
+            let d = decode(&bytes).unwrap_or_else(|e| panic!("{body:?}: {e}"));
+            assert_eq!(d.common, *common);
+            assert!(same(&d.packet, body), "{:?} vs {body:?}", d.packet);
+            assert_eq!(d.packet.packet_type(), body_type(body));
+            assert_eq!(bytes[0], VERSION);
+            assert_eq!(bytes[1], body_type(body) as u8);
+            assert_eq!(u32_at(&bytes, 4) != 0, checksum);
+        }
+    }
+
+    #[test]
+    fn every_type_round_trips_with_every_flag_combination() {
+        for (body, len) in samples() {
+            assert_eq!(enc(&common(false, false), &body, false).len(), len);
+            for fc in [false, true] {
+                for rt in [false, true] {
+                    round_trip(&common(fc, rt), &body);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn data_with_and_without_ack() {
+        for ack in [0, 1, 0xdead_beef_cafe_f00d, u64::MAX] {
+            let header = DataHeader { ack, ..DATA_HDR };
+            round_trip(
+                &common(true, false),
+                &Body::Data {
+                    header,
+                    payload: PAYLOAD,
+                },
+            );
+        }
+    }
+
+    #[test]
+    fn data_extremes() {
+        // Whole message in one byte; last byte of a maximal message; empty-unsched.
+        let one = DataHeader {
+            message_length: 1,
+            offset: 0,
+            unsched_bytes: 1,
+            cutoff_version: 0,
+            ack: 0,
+        };
+        round_trip(
+            &common(true, false),
+            &Body::Data {
+                header: one,
+                payload: b"x",
+            },
+        );
+        let last = DataHeader {
+            message_length: u32::MAX,
+            offset: u32::MAX - 1,
+            unsched_bytes: 0,
+            cutoff_version: u16::MAX,
+            ack: 1,
+        };
+        round_trip(
+            &common(false, true),
+            &Body::Data {
+                header: last,
+                payload: b"z",
+            },
+        );
+    }
+
+    #[test]
+    fn ack_with_0_1_and_32_ids() {
+        let ids: Vec<u64> = (1..=32).map(|i| i * 0x0101_0101_0101).collect();
+        for n in [0, 1, 32] {
+            let body = Body::Ack(&ids[..n]);
+            assert_eq!(enc(&common(true, false), &body, false).len(), 32 + 8 * n);
+            round_trip(&common(true, false), &body);
+            let bytes = enc(&common(true, false), &body, false);
+            match decode(&bytes).unwrap().packet {
+                Packet::Ack(list) => {
+                    assert_eq!(list.len(), n);
+                    assert_eq!(list.is_empty(), n == 0);
+                    assert_eq!(list.iter().collect::<Vec<_>>(), ids[..n]);
+                }
+                p => panic!("{p:?}"),
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "too many ACKs")]
+    fn encoding_33_acks_is_a_caller_bug() {
+        let ids = [1u64; MAX_ACKS_PER_PACKET + 1];
+        enc(&common(true, false), &Body::Ack(&ids), false);
+    }
+
+    #[test]
+    fn encode_appends_after_existing_bytes() {
+        let mut out = b"prefix".to_vec();
+        encode(&mut out, &common(true, false), &Body::Grant(GRANT), true);
+        assert_eq!(&out[..6], b"prefix");
+        assert_eq!(
+            out[6..],
+            enc(&common(true, false), &Body::Grant(GRANT), true)
+        );
+        assert!(verify_checksum(&out[6..], true));
+    }
+
+    /// Pins the byte layout documented in docs/wire-format.md.
+    #[test]
+    fn golden_layouts() {
+        let c = CommonHeader {
+            from_client: true,
+            retransmit: true,
+            rpc_id: 0x0807_0605_0403_0201,
+            send_time: 0x1817_1615_1413_1211,
+            echo_time: 0x2827_2625_2423_2221,
+        };
+        let mut header = vec![1, 0, 3, 0, 0, 0, 0, 0];
+        header.extend(1..=8u8);
+        header.extend(0x11..=0x18u8);
+        header.extend(0x21..=0x28u8);
+        let with = |ptype: u8, body: &[u8]| {
+            let mut v = header.clone();
+            v[1] = ptype;
+            v.extend_from_slice(body);
+            v
+        };
+        let data = DataHeader {
+            message_length: 0x0000_0100,
+            offset: 0x0000_00f0,
+            unsched_bytes: 0x0000_0080,
+            cutoff_version: 0x0201,
+            ack: 0x3837_3635_3433_3231,
+        };
+        #[rustfmt::skip]
+        let data_body = [
+            0x00, 0x01, 0, 0, 0xf0, 0, 0, 0, 0x80, 0, 0, 0, 0x01, 0x02, 0, 0,
+            0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, b'h', b'i',
+        ];
+        assert_eq!(
+            enc(
+                &c,
+                &Body::Data {
+                    header: data,
+                    payload: b"hi"
+                },
+                false
+            ),
+            with(1, &data_body)
+        );
+        let g = Grant {
+            offset: 0x0403_0201,
+            priority: 6,
+        };
+        assert_eq!(
+            enc(&c, &Body::Grant(g), false),
+            with(2, &[1, 2, 3, 4, 6, 0, 0, 0])
+        );
+        let r = Resend {
+            offset: 0x0403_0201,
+            length: 0x0807_0605,
+            priority: 2,
+        };
+        assert_eq!(
+            enc(&c, &Body::Resend(r), false),
+            with(3, &[1, 2, 3, 4, 5, 6, 7, 8, 2, 0, 0, 0])
+        );
+        assert_eq!(enc(&c, &Body::RpcUnknown, false), with(4, &[]));
+        assert_eq!(enc(&c, &Body::Busy, false), with(5, &[]));
+        let cut = Cutoffs {
+            version: 0x0201,
+            cutoffs: [1, 2, 3, 4, 5, 6, 7, 0x0a0b_0c0d],
+        };
+        let mut cut_body = vec![1, 2, 0, 0];
+        for v in 1..=7u8 {
+            cut_body.extend_from_slice(&[v, 0, 0, 0]);
+        }
+        cut_body.extend_from_slice(&[0x0d, 0x0c, 0x0b, 0x0a]);
+        assert_eq!(enc(&c, &Body::Cutoffs(cut), false), with(6, &cut_body));
+        assert_eq!(enc(&c, &Body::NeedAck, false), with(7, &[]));
+        assert_eq!(
+            enc(&c, &Body::Ack(&[0x0807_0605_0403_0201, 9]), false),
+            with(8, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 0, 0, 0, 0, 0])
+        );
+        // Flag bits individually.
+        let only = |from_client, retransmit| {
+            enc(
+                &CommonHeader {
+                    from_client,
+                    retransmit,
+                    ..c
+                },
+                &Body::Busy,
+                false,
+            )[2]
+        };
+        assert_eq!(
+            (only(false, false), only(true, false), only(false, true)),
+            (0, 1, 2)
+        );
+    }
+
+    #[test]
+    fn checksum_is_crc32c_of_everything_but_its_field() {
+        let bytes = enc(&common(true, false), &Body::Grant(GRANT), true);
+        let mut zeroed = bytes.clone();
+        zeroed[4..8].fill(0);
+        let mut without = bytes[..4].to_vec();
+        without.extend_from_slice(&bytes[8..]);
+        assert_eq!(u32_at(&bytes, 4), crc32c::crc32c(&without));
+        // The checksummed packet equals the unchecksummed one outside 4..8.
+        assert_eq!(
+            zeroed,
+            enc(&common(true, false), &Body::Grant(GRANT), false)
+        );
+    }
+
+    #[test]
+    fn checksum_good_and_absent() {
+        for (body, _) in samples() {
+            let good = enc(&common(false, false), &body, true);
+            assert!(verify_checksum(&good, true));
+            assert!(verify_checksum(&good, false));
+            let absent = enc(&common(false, false), &body, false);
+            assert_eq!(u32_at(&absent, 4), 0);
+            assert!(!verify_checksum(&absent, true));
+            assert!(verify_checksum(&absent, false));
+        }
+    }
+
+    #[test]
+    fn checksum_detects_every_single_bit_flip() {
+        for (body, _) in samples() {
+            let good = enc(&common(true, true), &body, true);
+            for i in 0..good.len() {
+                for bit in 0..8 {
+                    let mut bad = good.clone();
+                    bad[i] ^= 1 << bit;
+                    assert!(!verify_checksum(&bad, true), "{body:?} byte {i} bit {bit}");
+                    // A flip in the checksum field can only zero it if it had a
+                    // single bit set; anywhere else the mismatch is always caught.
+                    if !(4..8).contains(&i) {
+                        assert!(!verify_checksum(&bad, false), "{body:?} byte {i}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn checksum_detects_corruption_in_header_and_payload() {
+        let body = Body::Data {
+            header: DATA_HDR,
+            payload: PAYLOAD,
+        };
+        let good = enc(&common(true, false), &body, true);
+        let mut hdr = good.clone();
+        hdr[9] ^= 0xff; // rpc id
+        assert!(
+            decode(&hdr).is_ok(),
+            "still well-formed, only the checksum catches it"
+        );
+        assert!(!verify_checksum(&hdr, false));
+        let mut pay = good.clone();
+        *pay.last_mut().unwrap() = b'!';
+        assert!(decode(&pay).is_ok());
+        assert!(!verify_checksum(&pay, false));
+        // Truncating a DATA packet leaves it well-formed; only the checksum tells.
+        for len in COMMON_HEADER_LEN..good.len() {
+            assert!(!verify_checksum(&good[..len], false), "len {len}");
+        }
+        // Appending bytes is caught too.
+        let mut long = good.clone();
+        long.push(0);
+        assert!(!verify_checksum(&long, false));
+    }
+
+    #[test]
+    fn checksum_of_short_datagram_fails() {
+        let good = enc(&common(true, false), &Body::Busy, true);
+        for len in 0..COMMON_HEADER_LEN {
+            assert!(!verify_checksum(&good[..len], false));
+            assert!(!verify_checksum(&good[..len], true));
+        }
+    }
+
+    /// Finds 8 ACK-id bytes that make the packet's CRC-32C exactly 0, by solving
+    /// the (affine, over GF(2)) CRC equations, then checks that the encoder
+    /// writes 1 instead of 0 (which would read as "absent").
+    #[test]
+    fn checksum_is_never_zero() {
+        let c = common(true, false);
+        let crc_of = |id: u64| {
+            let bytes = enc(&c, &Body::Ack(&[id]), false);
+            let mut v = bytes[..4].to_vec();
+            v.extend_from_slice(&bytes[8..]);
+            crc32c::crc32c(&v)
+        };
+        // crc(id) = base ^ sum of columns for each set bit in the low 32 bits.
+        let base = crc_of(0);
+        let mut rows: Vec<(u32, u32)> = (0..32)
+            .map(|b| (crc_of(1 << b) ^ base, 1u32 << b))
+            .collect();
+        // Gaussian elimination: find a set of bits whose columns xor to `base`.
+        let mut target = (base, 0u32);
+        for bit in (0..32).rev() {
+            let Some(p) = rows.iter().position(|r| r.0 >> bit & 1 == 1) else {
+                continue;
+            };
+            let pivot = rows.swap_remove(p);
+            for r in rows.iter_mut() {
+                if r.0 >> bit & 1 == 1 {
+                    r.0 ^= pivot.0;
+                    r.1 ^= pivot.1;
+                }
+            }
+            if target.0 >> bit & 1 == 1 {
+                target.0 ^= pivot.0;
+                target.1 ^= pivot.1;
+            }
+        }
+        assert_eq!(target.0, 0, "32 consecutive bits always suffice for CRC-32");
+        let id = target.1 as u64;
+        assert_eq!(crc_of(id), 0);
+        let bytes = enc(&c, &Body::Ack(&[id]), true);
+        assert_eq!(u32_at(&bytes, 4), 1);
+        assert!(verify_checksum(&bytes, true));
+    }
+
+    fn valid(body: &Body<'_>) -> Vec<u8> {
+        enc(&common(true, false), body, false)
+    }
+
+    #[test]
+    fn truncation_at_every_length() {
+        for (body, len) in samples() {
+            let full = valid(&body);
+            assert_eq!(full.len(), len);
+            for cut in 0..len {
+                let got = decode(&full[..cut]);
+                if cut < COMMON_HEADER_LEN {
+                    assert_eq!(got, Err(DecodeError::Truncated(cut)), "{body:?} at {cut}");
+                    continue;
+                }
+                let body_len = cut - COMMON_HEADER_LEN;
+                match body_type(&body) {
+                    PacketType::Data if cut < DATA_PACKET_OVERHEAD => {
+                        assert_eq!(got, Err(DecodeError::Truncated(cut)))
+                    }
+                    PacketType::Data if cut == DATA_PACKET_OVERHEAD => {
+                        assert_eq!(got, Err(DecodeError::EmptyData))
+                    }
+                    // A shorter payload is still a valid DATA packet: only the
+                    // checksum can reveal this truncation.
+                    PacketType::Data => match got.unwrap().packet {
+                        Packet::Data { payload, .. } => {
+                            assert_eq!(payload, &PAYLOAD[..cut - DATA_PACKET_OVERHEAD])
+                        }
+                        p => panic!("{p:?}"),
+                    },
+                    PacketType::Ack if body_len % 8 != 0 => {
+                        assert_eq!(got, Err(DecodeError::BadAckList(body_len)))
+                    }
+                    // Likewise a shorter ACK list.
+                    PacketType::Ack => match got.unwrap().packet {
+                        Packet::Ack(list) => assert_eq!(list.len(), body_len / 8),
+                        p => panic!("{p:?}"),
+                    },
+                    PacketType::Grant | PacketType::Resend | PacketType::Cutoffs => {
+                        assert_eq!(got, Err(DecodeError::Truncated(cut)), "{body:?} at {cut}")
+                    }
+                    PacketType::RpcUnknown | PacketType::Busy | PacketType::NeedAck => {
+                        unreachable!("header-only packets have no partial lengths")
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn trailing_bytes() {
+        for (body, _) in samples() {
+            // A DATA packet that ends at the end of its message: extra bytes
+            // would lie beyond it.
+            let body = match body {
+                Body::Data { header, payload } => Body::Data {
+                    header: DataHeader {
+                        offset: header.message_length - payload.len() as u32,
+                        ..header
+                    },
+                    payload,
+                },
+                b => b,
+            };
+            for extra in [1usize, 7, 8, 100] {
+                let mut bytes = valid(&body);
+                bytes.extend(std::iter::repeat(0xaa).take(extra));
+                let got = decode(&bytes);
+                let t = body_type(&body);
+                match t {
+                    PacketType::Data => assert_eq!(
+                        got,
+                        Err(DecodeError::DataOutOfRange {
+                            offset: 100 - PAYLOAD.len() as u32,
+                            len: PAYLOAD.len() + extra,
+                            message_length: 100
+                        })
+                    ),
+                    PacketType::Ack if extra % 8 != 0 => {
+                        assert_eq!(got, Err(DecodeError::BadAckList(24 + extra)))
+                    }
+                    // More ids: a different, valid ACK.
+                    PacketType::Ack => assert!(got.is_ok()),
+                    _ => assert_eq!(got, Err(DecodeError::TrailingBytes(t, extra)), "{t:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_version() {
+        for (body, _) in samples() {
+            for v in [0u8, 2, 0x81, 255] {
+                let mut bytes = valid(&body);
+                bytes[0] = v;
+                assert_eq!(decode(&bytes), Err(DecodeError::BadVersion(v)));
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_type() {
+        let bytes = valid(&Body::Busy);
+        for t in [0u8, 9, 10, 0x80, 255] {
+            let mut b = bytes.clone();
+            b[1] = t;
+            assert_eq!(decode(&b), Err(DecodeError::UnknownType(t)));
+        }
+        for t in PacketType::ALL {
+            assert_eq!(PacketType::from_u8(t as u8), Some(t));
+            assert_eq!(PacketType::ALL[t.index()], t);
+        }
+        let names: std::collections::HashSet<_> =
+            PacketType::ALL.iter().map(|t| t.name()).collect();
+        assert_eq!(names.len(), PacketType::ALL.len());
+    }
+
+    #[test]
+    fn bad_flags_and_reserved_header_byte() {
+        for (body, _) in samples() {
+            let good = valid(&body);
+            for bit in 2..8 {
+                let mut b = good.clone();
+                b[2] |= 1 << bit;
+                assert_eq!(decode(&b), Err(DecodeError::BadFlags(b[2])));
+            }
+            for v in [1u8, 0x80] {
+                let mut b = good.clone();
+                b[3] = v;
+                assert_eq!(decode(&b), Err(DecodeError::BadFlags(v)));
+            }
+        }
+    }
+
+    #[test]
+    fn reserved_body_bytes_must_be_zero() {
+        let cases: [(Body<'static>, &[usize]); 4] = [
+            (
+                Body::Data {
+                    header: DATA_HDR,
+                    payload: PAYLOAD,
+                },
+                &[14, 15],
+            ),
+            (Body::Grant(GRANT), &[5, 6, 7]),
+            (Body::Resend(RESEND), &[9, 10, 11]),
+            (Body::Cutoffs(CUTOFFS), &[2, 3]),
+        ];
+        for (body, offsets) in cases {
+            let good = valid(&body);
+            for &at in offsets {
+                let mut b = good.clone();
+                b[COMMON_HEADER_LEN + at] = 0x40;
+                assert_eq!(
+                    decode(&b),
+                    Err(DecodeError::BadFlags(0x40)),
+                    "{body:?} +{at}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bad_priority() {
+        for p in [7u8, 8, 9, 255] {
+            let ok = p < 8;
+            let g = decode(&valid(&Body::Grant(Grant {
+                priority: p,
+                ..GRANT
+            })))
+            .map(|_| ());
+            let r = decode(&valid(&Body::Resend(Resend {
+                priority: p,
+                ..RESEND
+            })))
+            .map(|_| ());
+            let want = if ok {
+                Ok(())
+            } else {
+                Err(DecodeError::BadPriority(p))
+            };
+            assert_eq!((g, r), (want, want));
+        }
+    }
+
+    #[test]
+    fn data_out_of_range_and_empty() {
+        let data = |header: DataHeader, payload: &[u8]| {
+            decode(&valid(&Body::Data { header, payload })).map(|_| ())
+        };
+        let h = |message_length, offset| DataHeader {
+            message_length,
+            offset,
+            unsched_bytes: 0,
+            cutoff_version: 0,
+            ack: 0,
+        };
+        assert_eq!(data(h(10, 0), b"0123456789"), Ok(()));
+        assert_eq!(
+            data(h(10, 1), b"0123456789"),
+            Err(DecodeError::DataOutOfRange {
+                offset: 1,
+                len: 10,
+                message_length: 10
+            })
+        );
+        assert_eq!(
+            data(h(0, 0), b"x"),
+            Err(DecodeError::DataOutOfRange {
+                offset: 0,
+                len: 1,
+                message_length: 0
+            })
+        );
+        // offset + len overflows u32: must be caught, not wrap.
+        assert_eq!(
+            data(h(u32::MAX, u32::MAX), b"xy"),
+            Err(DecodeError::DataOutOfRange {
+                offset: u32::MAX,
+                len: 2,
+                message_length: u32::MAX
+            })
+        );
+        assert_eq!(data(h(10, 3), b""), Err(DecodeError::EmptyData));
+    }
+
+    #[test]
+    fn unsched_above_length() {
+        let body = |unsched_bytes| Body::Data {
+            header: DataHeader {
+                unsched_bytes,
+                ..DATA_HDR
+            },
+            payload: PAYLOAD,
+        };
+        assert!(decode(&valid(&body(100))).is_ok());
+        assert_eq!(
+            decode(&valid(&body(101))),
+            Err(DecodeError::BadUnsched(101, 100))
+        );
+        assert_eq!(
+            decode(&valid(&body(u32::MAX))),
+            Err(DecodeError::BadUnsched(u32::MAX, 100))
+        );
+    }
+
+    #[test]
+    fn zero_rpc_id() {
+        for (body, _) in samples() {
+            let c = CommonHeader {
+                rpc_id: 0,
+                ..common(true, false)
+            };
+            assert_eq!(decode(&enc(&c, &body, true)), Err(DecodeError::ZeroRpcId));
+        }
+    }
+
+    #[test]
+    fn ack_list_shape() {
+        let ids = [7u64; MAX_ACKS_PER_PACKET];
+        let full = valid(&Body::Ack(&ids));
+        for extra in 1..8 {
+            let mut b = full[..full.len() - 8].to_vec();
+            b.extend(std::iter::repeat(0).take(extra));
+            assert_eq!(decode(&b), Err(DecodeError::BadAckList(31 * 8 + extra)));
+        }
+        let mut too_long = full.clone();
+        too_long.extend_from_slice(&7u64.to_le_bytes());
+        assert_eq!(decode(&too_long), Err(DecodeError::BadAckList(33 * 8)));
+    }
+
+    /// Checks happen in a fixed order (documented): length, version, type,
+    /// flags, reserved header byte, RPC id, then per-type rules.
+    #[test]
+    fn error_precedence() {
+        let mut b = valid(&Body::Grant(Grant {
+            priority: 9,
+            ..GRANT
+        }));
+        b[0] = 2;
+        b[1] = 99;
+        b[2] = 0xff;
+        b[8..16].fill(0);
+        assert_eq!(decode(&b[..31]), Err(DecodeError::Truncated(31)));
+        assert_eq!(decode(&b), Err(DecodeError::BadVersion(2)));
+        b[0] = 1;
+        assert_eq!(decode(&b), Err(DecodeError::UnknownType(99)));
+        b[1] = 2;
+        assert_eq!(decode(&b), Err(DecodeError::BadFlags(0xff)));
+        b[2] = 0;
+        assert_eq!(decode(&b), Err(DecodeError::ZeroRpcId));
+        b[8] = 1;
+        assert_eq!(decode(&b), Err(DecodeError::BadPriority(9)));
+    }
+
+    #[test]
+    fn errors_display() {
+        let all = [
+            DecodeError::Truncated(3),
+            DecodeError::BadVersion(2),
+            DecodeError::UnknownType(9),
+            DecodeError::BadFlags(4),
+            DecodeError::TrailingBytes(PacketType::Busy, 1),
+            DecodeError::DataOutOfRange {
+                offset: 1,
+                len: 2,
+                message_length: 2,
+            },
+            DecodeError::EmptyData,
+            DecodeError::BadUnsched(3, 2),
+            DecodeError::BadPriority(8),
+            DecodeError::BadAckList(9),
+            DecodeError::ZeroRpcId,
+        ];
+        let texts: std::collections::HashSet<_> = all.iter().map(|e| e.to_string()).collect();
+        assert_eq!(texts.len(), all.len());
+    }
 }

@@ -1,0 +1,275 @@
+//! Property tests of the wire format: encode/decode round trips, robustness of
+//! the decoder against arbitrary and mutated input, and checksum coverage.
+
+use homa_proto::wire::{
+    self, Body, CommonHeader, Cutoffs, DataHeader, Decoded, Grant, Packet, Resend,
+    COMMON_HEADER_LEN, MAX_ACKS_PER_PACKET, MAX_PRIORITIES,
+};
+use proptest::prelude::*;
+use proptest::sample::Index;
+
+/// Payload bytes in a full DATA packet of a 1472-byte datagram.
+const MAX_PAYLOAD: u32 = 1472 - wire::DATA_PACKET_OVERHEAD as u32;
+
+/// An owned [`Body`], so that strategies can produce it.
+#[derive(Clone, Debug)]
+enum OwnedBody {
+    Data(DataHeader, Vec<u8>),
+    Grant(Grant),
+    Resend(Resend),
+    RpcUnknown,
+    Busy,
+    Cutoffs(Cutoffs),
+    NeedAck,
+    Ack(Vec<u64>),
+}
+
+impl OwnedBody {
+    fn as_body(&self) -> Body<'_> {
+        match self {
+            OwnedBody::Data(header, payload) => Body::Data {
+                header: *header,
+                payload,
+            },
+            OwnedBody::Grant(g) => Body::Grant(*g),
+            OwnedBody::Resend(r) => Body::Resend(*r),
+            OwnedBody::RpcUnknown => Body::RpcUnknown,
+            OwnedBody::Busy => Body::Busy,
+            OwnedBody::Cutoffs(c) => Body::Cutoffs(*c),
+            OwnedBody::NeedAck => Body::NeedAck,
+            OwnedBody::Ack(ids) => Body::Ack(ids),
+        }
+    }
+
+    /// True when `packet` carries exactly this body.
+    fn matches(&self, packet: &Packet<'_>) -> bool {
+        match (self, packet) {
+            (OwnedBody::Data(h, p), Packet::Data { header, payload }) => {
+                h == header && p == payload
+            }
+            (OwnedBody::Grant(a), Packet::Grant(b)) => a == b,
+            (OwnedBody::Resend(a), Packet::Resend(b)) => a == b,
+            (OwnedBody::Cutoffs(a), Packet::Cutoffs(b)) => a == b,
+            (OwnedBody::Ack(a), Packet::Ack(b)) => a.iter().copied().eq(b.iter()),
+            (OwnedBody::RpcUnknown, Packet::RpcUnknown)
+            | (OwnedBody::Busy, Packet::Busy)
+            | (OwnedBody::NeedAck, Packet::NeedAck) => true,
+            _ => false,
+        }
+    }
+}
+
+fn common() -> impl Strategy<Value = CommonHeader> {
+    (
+        any::<bool>(),
+        any::<bool>(),
+        1..=u64::MAX,
+        any::<u64>(),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(from_client, retransmit, rpc_id, send_time, echo_time)| CommonHeader {
+                from_client,
+                retransmit,
+                rpc_id,
+                send_time,
+                echo_time,
+            },
+        )
+}
+
+/// A message length biased towards both small and huge values.
+fn message_length() -> impl Strategy<Value = u32> {
+    prop_oneof![1..=5000u32, 1..=u32::MAX, Just(u32::MAX)]
+}
+
+fn data() -> impl Strategy<Value = OwnedBody> {
+    message_length()
+        .prop_flat_map(|ml| (Just(ml), 0..ml))
+        .prop_flat_map(|(ml, offset)| {
+            let max_len = (ml - offset).min(MAX_PAYLOAD) as usize;
+            (
+                Just(ml),
+                Just(offset),
+                prop::collection::vec(any::<u8>(), 1..=max_len),
+                0..=ml,
+                any::<u16>(),
+                prop_oneof![Just(0u64), any::<u64>()],
+            )
+        })
+        .prop_map(
+            |(message_length, offset, payload, unsched_bytes, cutoff_version, ack)| {
+                OwnedBody::Data(
+                    DataHeader {
+                        message_length,
+                        offset,
+                        unsched_bytes,
+                        cutoff_version,
+                        ack,
+                    },
+                    payload,
+                )
+            },
+        )
+}
+
+fn priority() -> impl Strategy<Value = u8> {
+    0..MAX_PRIORITIES as u8
+}
+
+fn body() -> impl Strategy<Value = OwnedBody> {
+    prop_oneof![
+        data(),
+        (any::<u32>(), priority())
+            .prop_map(|(offset, priority)| OwnedBody::Grant(Grant { offset, priority })),
+        (any::<u32>(), any::<u32>(), priority()).prop_map(|(offset, length, priority)| {
+            OwnedBody::Resend(Resend {
+                offset,
+                length,
+                priority,
+            })
+        }),
+        Just(OwnedBody::RpcUnknown),
+        Just(OwnedBody::Busy),
+        (any::<u16>(), prop::array::uniform8(any::<u32>()))
+            .prop_map(|(version, cutoffs)| OwnedBody::Cutoffs(Cutoffs { version, cutoffs })),
+        Just(OwnedBody::NeedAck),
+        prop::collection::vec(any::<u64>(), 0..=MAX_ACKS_PER_PACKET).prop_map(OwnedBody::Ack),
+    ]
+}
+
+fn encoded(c: &CommonHeader, b: &OwnedBody, checksum: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    wire::encode(&mut out, c, &b.as_body(), checksum);
+    out
+}
+
+fn reencode(d: &Decoded<'_>) -> Vec<u8> {
+    let acks: Vec<u64>;
+    let body = match d.packet {
+        Packet::Data { header, payload } => Body::Data { header, payload },
+        Packet::Grant(g) => Body::Grant(g),
+        Packet::Resend(r) => Body::Resend(r),
+        Packet::RpcUnknown => Body::RpcUnknown,
+        Packet::Busy => Body::Busy,
+        Packet::Cutoffs(c) => Body::Cutoffs(c),
+        Packet::NeedAck => Body::NeedAck,
+        Packet::Ack(list) => {
+            acks = list.iter().collect();
+            Body::Ack(&acks)
+        }
+    };
+    let mut out = Vec::new();
+    wire::encode(&mut out, &d.common, &body, false);
+    out
+}
+
+/// Whatever the input, decoding and checking it must not panic, and anything
+/// accepted must be canonical: its re-encoding is the same bytes, apart from
+/// the checksum field (4..8), which the re-encoding leaves zero.
+fn check_any_input(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let optional = wire::verify_checksum(bytes, false);
+    let required = wire::verify_checksum(bytes, true);
+    prop_assert!(!required || optional);
+    if let Ok(d) = wire::decode(bytes) {
+        let again = reencode(&d);
+        prop_assert_eq!(again.len(), bytes.len());
+        prop_assert_eq!(&again[..4], &bytes[..4]);
+        prop_assert_eq!(&again[4..8], &[0u8; 4][..]);
+        prop_assert_eq!(&again[8..], &bytes[8..]);
+    }
+    Ok(())
+}
+
+/// An edit of an encoded packet.
+#[derive(Clone, Debug)]
+enum Mutation {
+    Set(Index, u8),
+    Truncate(Index),
+    Append(Vec<u8>),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        4 => (any::<Index>(), any::<u8>()).prop_map(|(i, v)| Mutation::Set(i, v)),
+        1 => any::<Index>().prop_map(Mutation::Truncate),
+        1 => prop::collection::vec(any::<u8>(), 1..20).prop_map(Mutation::Append),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn round_trip(c in common(), b in body(), checksum in any::<bool>()) {
+        let bytes = encoded(&c, &b, checksum);
+        let d = wire::decode(&bytes).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+        prop_assert_eq!(d.common, c);
+        prop_assert!(b.matches(&d.packet), "{:?} decoded as {:?}", b, d.packet);
+        prop_assert_eq!(wire::verify_checksum(&bytes, true), checksum);
+        prop_assert!(wire::verify_checksum(&bytes, false));
+        prop_assert_eq!(reencode(&d)[8..].to_vec(), bytes[8..].to_vec());
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+        check_any_input(&bytes)?;
+    }
+
+    /// Random bytes rarely get past the version and type checks, so also start
+    /// from valid packets and damage them.
+    #[test]
+    fn mutated_packets_never_panic_and_stay_canonical(
+        c in common(),
+        b in body(),
+        checksum in any::<bool>(),
+        edits in prop::collection::vec(mutation(), 1..4),
+    ) {
+        let mut bytes = encoded(&c, &b, checksum);
+        for m in edits {
+            match m {
+                Mutation::Set(i, v) => {
+                    let i = i.index(bytes.len().max(1));
+                    if let Some(x) = bytes.get_mut(i) {
+                        *x = v;
+                    }
+                }
+                Mutation::Truncate(i) => {
+                    let n = i.index(bytes.len() + 1);
+                    bytes.truncate(n);
+                }
+                Mutation::Append(more) => bytes.extend(more),
+            }
+        }
+        check_any_input(&bytes)?;
+    }
+
+    #[test]
+    fn single_byte_corruption_is_detected(
+        c in common(),
+        b in body(),
+        at in any::<Index>(),
+        flip in 1..=255u8,
+    ) {
+        let mut bytes = encoded(&c, &b, true);
+        prop_assert!(wire::verify_checksum(&bytes, true));
+        let i = at.index(bytes.len());
+        bytes[i] ^= flip;
+        prop_assert!(!wire::verify_checksum(&bytes, true), "byte {} ^ {:#x} undetected", i, flip);
+        // Outside the checksum field the stored value stays non-zero, so the
+        // damage is caught even when checksums are optional.
+        if !(4..8).contains(&i) {
+            prop_assert!(!wire::verify_checksum(&bytes, false));
+        }
+    }
+
+    /// Headers alone (every type) and short datagrams are never accepted by
+    /// the checksum check unless intact.
+    #[test]
+    fn truncation_of_checksummed_packet_is_detected(c in common(), b in body(), at in any::<Index>()) {
+        let bytes = encoded(&c, &b, true);
+        let cut = at.index(bytes.len());
+        prop_assert!(!wire::verify_checksum(&bytes[..cut], false));
+        if cut < COMMON_HEADER_LEN {
+            prop_assert!(wire::decode(&bytes[..cut]).is_err());
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! # homa-sim
+//!
+//! A packet-level simulator of a datacenter network running Homa.
+pub mod plot;
+pub mod priorities;
+pub mod stats;
+pub mod workload;

@@ -1,0 +1,643 @@
+//! Driving `homa_proto::Endpoint`s over a [`Fabric`].
+//!
+//! Each host owns an endpoint and an application ([`App`]). After every input
+//! to an endpoint (datagram, timer, application call) the driver hands the
+//! endpoint's events to the application, drains `poll_transmit` into the host's
+//! NIC queue, and makes sure a timer event is pending for `poll_timeout()`.
+//! The engine's pacer decides how much it releases; when it releases nothing
+//! the driver asks again whenever the NIC finishes a packet and at the timeout.
+//!
+//! Timers are lazy: at most one live timer event per host. A new deadline later
+//! than the pending one leaves the pending event in place; when that fires early
+//! the driver only re-arms it, so `handle_timeout` is never called before the
+//! engine's deadline. An earlier deadline bumps a generation number, which makes
+//! the older event stale (ignored when it fires).
+
+use crate::faults::FaultStats;
+use crate::net::{addr_host, fnv, host_addr, mix, Fabric, HostId, Hosts, NetStats, Packet};
+use crate::sched::Time;
+use bytes::Bytes;
+use homa_proto::{Config, ConfigError, Endpoint, Event, RpcError, RpcId, SendError, ServerRpc};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
+
+const KIND_ENGINE: u32 = 0;
+const KIND_APP: u32 = 1;
+const KIND_CRASH: u32 = 2;
+const KIND_RESTART: u32 = 3;
+const KIND_START: u32 = 4;
+
+/// Most datagrams taken from one endpoint in one go; a safety net against an
+/// engine that never stops releasing (the rest are taken at the next NIC
+/// completion).
+const MAX_BURST: usize = 1 << 16;
+
+/// An application running on one host. Every method gets a [`HostCtx`] through
+/// which it can use its endpoint and schedule wake-ups; the driver transmits
+/// whatever the endpoint has to send after each call.
+pub trait App {
+    /// Called once at the start of the run (time of [`EngineNet::new`]).
+    fn on_start(&mut self, ctx: &mut HostCtx<'_>) {
+        let _ = ctx;
+    }
+    /// The endpoint produced an event.
+    fn on_event(&mut self, ctx: &mut HostCtx<'_>, event: Event);
+    /// A wake-up set with [`HostCtx::wake_at`] is due.
+    fn on_wakeup(&mut self, ctx: &mut HostCtx<'_>, token: u64) {
+        let _ = (ctx, token);
+    }
+    /// The host's endpoint crashed: its state is gone and every RPC it had is
+    /// lost without an event. Wake-ups still fire while it is down, but sends fail.
+    fn on_crash(&mut self, host: HostId, now: Time) {
+        let _ = (host, now);
+    }
+    /// A fresh endpoint replaced the crashed one.
+    fn on_restart(&mut self, ctx: &mut HostCtx<'_>) {
+        let _ = ctx;
+    }
+}
+
+impl<T: App + ?Sized> App for Box<T> {
+    fn on_start(&mut self, ctx: &mut HostCtx<'_>) {
+        (**self).on_start(ctx)
+    }
+    fn on_event(&mut self, ctx: &mut HostCtx<'_>, event: Event) {
+        (**self).on_event(ctx, event)
+    }
+    fn on_wakeup(&mut self, ctx: &mut HostCtx<'_>, token: u64) {
+        (**self).on_wakeup(ctx, token)
+    }
+    fn on_crash(&mut self, host: HostId, now: Time) {
+        (**self).on_crash(host, now)
+    }
+    fn on_restart(&mut self, ctx: &mut HostCtx<'_>) {
+        (**self).on_restart(ctx)
+    }
+}
+
+/// An application's view of its host during a callback.
+pub struct HostCtx<'a> {
+    net: &'a mut Fabric,
+    host: HostId,
+    ep: Option<&'a mut Endpoint>,
+    rng: &'a mut ChaCha8Rng,
+}
+
+impl<'a> HostCtx<'a> {
+    pub fn now(&self) -> Time {
+        self.net.now()
+    }
+    pub fn host(&self) -> HostId {
+        self.host
+    }
+    /// This host's address.
+    pub fn addr(&self) -> SocketAddr {
+        host_addr(self.host)
+    }
+    /// Another host's address.
+    pub fn addr_of(&self, h: HostId) -> SocketAddr {
+        host_addr(h)
+    }
+    /// The host with address `addr`, if it exists.
+    pub fn host_of(&self, addr: SocketAddr) -> Option<HostId> {
+        self.net.host_of(addr)
+    }
+    pub fn n_hosts(&self) -> usize {
+        self.net.n_hosts()
+    }
+    /// False while the host is crashed.
+    pub fn is_up(&self) -> bool {
+        self.ep.is_some()
+    }
+    /// The endpoint, unless the host is down.
+    pub fn endpoint(&mut self) -> Option<&mut Endpoint> {
+        self.ep.as_deref_mut()
+    }
+    /// The network (read-only: statistics, queue lengths).
+    pub fn fabric(&self) -> &Fabric {
+        self.net
+    }
+    /// This host's seeded random generator (independent of other hosts and of
+    /// the network's fault RNG).
+    pub fn rng(&mut self) -> &mut ChaCha8Rng {
+        self.rng
+    }
+    /// Starts an RPC to host `dst`.
+    pub fn send_request(&mut self, dst: HostId, request: Bytes) -> Result<RpcId, SendError> {
+        let now = self.net.now();
+        match self.ep.as_deref_mut() {
+            Some(ep) => ep.send_request(now, host_addr(dst), request),
+            None => Err(SendError::Shutdown),
+        }
+    }
+    /// Answers a request.
+    pub fn send_response(&mut self, rpc: ServerRpc, response: Bytes) -> Result<(), SendError> {
+        let now = self.net.now();
+        match self.ep.as_deref_mut() {
+            Some(ep) => ep.send_response(now, rpc, response),
+            None => Err(SendError::Shutdown),
+        }
+    }
+    /// Abandons a client RPC.
+    pub fn cancel(&mut self, id: RpcId) {
+        if let Some(ep) = self.ep.as_deref_mut() {
+            ep.cancel(id);
+        }
+    }
+    /// Calls [`App::on_wakeup`] with `token` at time `at` (now if in the past).
+    pub fn wake_at(&mut self, at: Time, token: u64) {
+        self.net.schedule(at, self.host, KIND_APP, token);
+    }
+    /// Calls [`App::on_wakeup`] with `token` after `delay` ns.
+    pub fn wake_after(&mut self, delay: Time, token: u64) {
+        let at = self.net.now().saturating_add(delay);
+        self.net.schedule(at, self.host, KIND_APP, token);
+    }
+}
+
+/// Counters of the driver itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DriverStats {
+    /// Datagrams handed to endpoints.
+    pub datagrams_in: u64,
+    /// Datagrams taken from endpoints.
+    pub datagrams_out: u64,
+    /// Datagrams addressed to an address that is no host of this network.
+    pub unknown_dest: u64,
+    /// `handle_timeout` calls.
+    pub timeouts: u64,
+    /// Engine timer events that were stale or early (no `handle_timeout`).
+    pub idle_timer_events: u64,
+    /// Times the engine still wanted a timeout at `now` right after handling
+    /// one (re-armed 1 ns later to guarantee progress).
+    pub timer_spins: u64,
+    /// Events handed to applications.
+    pub app_events: u64,
+    /// Application wake-ups delivered.
+    pub app_wakeups: u64,
+}
+
+struct EngineHost<A> {
+    ep: Option<Endpoint>,
+    app: A,
+    cfg: Config,
+    incarnation: u64,
+    /// Time of the live engine timer event, if any.
+    timer_at: Option<Time>,
+    timer_gen: u64,
+    /// Last time `handle_timeout` ran (spin guard).
+    handled_at: Option<Time>,
+    rng: ChaCha8Rng,
+}
+
+/// The [`Hosts`] implementation for endpoints plus applications.
+struct Engines<A> {
+    hosts: Vec<EngineHost<A>>,
+    stats: DriverStats,
+}
+
+fn event_digest(ev: &Event) -> [u64; 4] {
+    fn msg_hash(m: &homa_proto::Message) -> u64 {
+        m.fragments().fold(m.len() as u64, |h, f| mix(h ^ fnv(f)))
+    }
+    match ev {
+        Event::Request { rpc, message } => [
+            1,
+            rpc.id,
+            addr_host(rpc.peer).map_or(u64::MAX, |h| h as u64),
+            msg_hash(message),
+        ],
+        Event::Response { id, message } => [2, id.0, 0, msg_hash(message)],
+        Event::Failed { id, error } => [
+            3,
+            id.0,
+            match error {
+                RpcError::Timeout => 1,
+                RpcError::ResponseTooLong => 2,
+                RpcError::Shutdown => 3,
+            },
+            0,
+        ],
+    }
+}
+
+impl<A: App> Engines<A> {
+    /// Hands pending events to the app, drains transmissions into the NIC and
+    /// re-arms the engine timer.
+    fn pump(&mut self, net: &mut Fabric, h: HostId) {
+        let now = net.now();
+        let host = &mut self.hosts[h];
+        loop {
+            let Some(ev) = host.ep.as_mut().and_then(|e| e.poll_event()) else {
+                break;
+            };
+            self.stats.app_events += 1;
+            if net.trace_enabled() {
+                net.trace_mix(now);
+                net.trace_mix(h as u64);
+                for v in event_digest(&ev) {
+                    net.trace_mix(v);
+                }
+            }
+            let mut ctx = HostCtx {
+                net: &mut *net,
+                host: h,
+                ep: host.ep.as_mut(),
+                rng: &mut host.rng,
+            };
+            host.app.on_event(&mut ctx, ev);
+        }
+        let Some(ep) = host.ep.as_mut() else {
+            return;
+        };
+        for _ in 0..MAX_BURST {
+            let mut buf = net.take_buf();
+            match ep.poll_transmit(now, &mut buf) {
+                Some(t) => {
+                    self.stats.datagrams_out += 1;
+                    buf.truncate(t.len);
+                    match net.host_of(t.dest) {
+                        Some(d) => {
+                            net.send(h, d, t.priority, buf);
+                        }
+                        None => {
+                            self.stats.unknown_dest += 1;
+                            net.count_no_route();
+                            net.recycle(buf);
+                        }
+                    }
+                }
+                None => {
+                    net.recycle(buf);
+                    break;
+                }
+            }
+        }
+        if let Some(d) = ep.poll_timeout() {
+            let floor = if host.handled_at == Some(now) {
+                now + 1
+            } else {
+                now
+            };
+            if d < floor && floor > now {
+                self.stats.timer_spins += 1;
+            }
+            let d = d.max(floor);
+            if host.timer_at.is_none_or(|t| d < t) {
+                host.timer_gen += 1;
+                host.timer_at = Some(d);
+                net.schedule(d, h, KIND_ENGINE, host.timer_gen);
+            }
+        }
+    }
+
+    fn with_ctx<R>(
+        &mut self,
+        net: &mut Fabric,
+        h: HostId,
+        f: impl FnOnce(&mut A, &mut HostCtx<'_>) -> R,
+    ) -> R {
+        let host = &mut self.hosts[h];
+        let mut ctx = HostCtx {
+            net: &mut *net,
+            host: h,
+            ep: host.ep.as_mut(),
+            rng: &mut host.rng,
+        };
+        let r = f(&mut host.app, &mut ctx);
+        self.pump(net, h);
+        r
+    }
+
+    fn crash(&mut self, net: &mut Fabric, h: HostId) {
+        let host = &mut self.hosts[h];
+        if host.ep.is_none() {
+            return;
+        }
+        host.ep = None;
+        host.timer_at = None;
+        host.timer_gen += 1;
+        net.count_crash(false);
+        net.set_host_up(h, false);
+        net.purge_nic(h);
+        net.trace_mix(0xC7A5_0000 ^ h as u64);
+        host.app.on_crash(h, net.now());
+    }
+
+    fn restart(&mut self, net: &mut Fabric, h: HostId) {
+        let host = &mut self.hosts[h];
+        if host.ep.is_some() {
+            return;
+        }
+        host.incarnation += 1;
+        let mut cfg = host.cfg.clone();
+        cfg.rpc_id_seed = mix(cfg.rpc_id_seed ^ mix(host.incarnation ^ ((h as u64) << 32)));
+        host.ep = Some(Endpoint::new(cfg, net.now()).expect("configuration was valid at creation"));
+        host.handled_at = None;
+        net.count_crash(true);
+        net.set_host_up(h, true);
+        net.trace_mix(0x5EED_0000 ^ h as u64);
+        self.with_ctx(net, h, |app, ctx| app.on_restart(ctx));
+    }
+}
+
+impl<A: App> Hosts for Engines<A> {
+    fn deliver(&mut self, net: &mut Fabric, h: HostId, pkt: Packet) {
+        let now = net.now();
+        if let Some(ep) = self.hosts[h].ep.as_mut() {
+            self.stats.datagrams_in += 1;
+            ep.handle_datagram(now, host_addr(pkt.src), &pkt.data);
+        }
+        net.recycle(pkt.data);
+        self.pump(net, h);
+    }
+
+    fn nic_done(&mut self, net: &mut Fabric, h: HostId) {
+        self.pump(net, h);
+    }
+
+    fn timer(&mut self, net: &mut Fabric, h: HostId, kind: u32, token: u64) {
+        let now = net.now();
+        match kind {
+            KIND_ENGINE => {
+                let host = &mut self.hosts[h];
+                if token != host.timer_gen || host.ep.is_none() {
+                    self.stats.idle_timer_events += 1;
+                    return;
+                }
+                host.timer_at = None;
+                let ep = host.ep.as_mut().expect("checked above");
+                if ep.poll_timeout().is_some_and(|d| d <= now) {
+                    self.stats.timeouts += 1;
+                    ep.handle_timeout(now);
+                    host.handled_at = Some(now);
+                } else {
+                    self.stats.idle_timer_events += 1;
+                }
+                self.pump(net, h);
+            }
+            KIND_APP => {
+                self.stats.app_wakeups += 1;
+                self.with_ctx(net, h, |app, ctx| app.on_wakeup(ctx, token));
+            }
+            KIND_START => self.with_ctx(net, h, |app, ctx| app.on_start(ctx)),
+            KIND_CRASH => {
+                self.crash(net, h);
+                if token != u64::MAX {
+                    let inc = self.hosts[h].incarnation;
+                    net.schedule(now.saturating_add(token), h, KIND_RESTART, inc);
+                }
+            }
+            KIND_RESTART => {
+                // Only the restart that matches the crash it was scheduled by.
+                if token == self.hosts[h].incarnation {
+                    self.restart(net, h);
+                }
+            }
+            _ => unreachable!("unknown timer kind {kind}"),
+        }
+    }
+}
+
+/// A deterministic in-memory network of Homa endpoints, each with an
+/// application. See the crate documentation for an example.
+pub struct EngineNet<A: App> {
+    fabric: Fabric,
+    engines: Engines<A>,
+}
+
+impl<A: App> EngineNet<A> {
+    /// One endpoint per host of `fabric`, configured by `config(h)`, running
+    /// `app(h)`. Each app's `on_start` runs at the current time, in host order,
+    /// as the first events of the run.
+    pub fn new(
+        mut fabric: Fabric,
+        mut config: impl FnMut(HostId) -> Config,
+        mut app: impl FnMut(HostId) -> A,
+    ) -> Result<EngineNet<A>, ConfigError> {
+        let now = fabric.now();
+        let mut hosts = Vec::with_capacity(fabric.n_hosts());
+        for h in 0..fabric.n_hosts() {
+            let cfg = config(h);
+            let ep = Endpoint::new(cfg.clone(), now)?;
+            hosts.push(EngineHost {
+                ep: Some(ep),
+                app: app(h),
+                cfg,
+                incarnation: 0,
+                timer_at: None,
+                timer_gen: 0,
+                handled_at: None,
+                rng: ChaCha8Rng::seed_from_u64(mix(fabric.seed() ^ mix(0xA99 ^ h as u64))),
+            });
+            fabric.schedule(now, h, KIND_START, 0);
+        }
+        Ok(EngineNet {
+            fabric,
+            engines: Engines {
+                hosts,
+                stats: DriverStats::default(),
+            },
+        })
+    }
+
+    /// Every host gets `config` (with `link_bps` set to its uplink's rate when
+    /// it has one) and `app(h)`.
+    pub fn uniform(
+        fabric: Fabric,
+        config: Config,
+        app: impl FnMut(HostId) -> A,
+    ) -> Result<EngineNet<A>, ConfigError> {
+        let rates: Vec<Option<u64>> = (0..fabric.n_hosts())
+            .map(|h| fabric.host_nic(h).map(|l| fabric.link_info(l).rate_bps))
+            .collect();
+        EngineNet::new(
+            fabric,
+            |h| Config {
+                link_bps: rates[h].unwrap_or(config.link_bps),
+                ..config.clone()
+            },
+            app,
+        )
+    }
+
+    pub fn fabric(&self) -> &Fabric {
+        &self.fabric
+    }
+    /// The network, for configuration (faults, partitions, stats resets).
+    pub fn fabric_mut(&mut self) -> &mut Fabric {
+        &mut self.fabric
+    }
+    pub fn now(&self) -> Time {
+        self.fabric.now()
+    }
+    pub fn n_hosts(&self) -> usize {
+        self.engines.hosts.len()
+    }
+    /// Host `h`'s synthetic address.
+    pub fn addr(&self, h: HostId) -> SocketAddr {
+        host_addr(h)
+    }
+    /// Host `h`'s endpoint; panics if the host is down (see [`Self::try_endpoint`]).
+    pub fn endpoint(&self, h: HostId) -> &Endpoint {
+        self.engines.hosts[h].ep.as_ref().expect("host is down")
+    }
+    pub fn try_endpoint(&self, h: HostId) -> Option<&Endpoint> {
+        self.engines.hosts[h].ep.as_ref()
+    }
+    /// The configuration host `h` was created with.
+    pub fn config(&self, h: HostId) -> &Config {
+        &self.engines.hosts[h].cfg
+    }
+    pub fn app(&self, h: HostId) -> &A {
+        &self.engines.hosts[h].app
+    }
+    pub fn app_mut(&mut self, h: HostId) -> &mut A {
+        &mut self.engines.hosts[h].app
+    }
+    pub fn apps(&self) -> impl Iterator<Item = &A> + '_ {
+        self.engines.hosts.iter().map(|h| &h.app)
+    }
+    pub fn is_up(&self, h: HostId) -> bool {
+        self.engines.hosts[h].ep.is_some()
+    }
+    /// How many times host `h` was restarted.
+    pub fn incarnation(&self, h: HostId) -> u64 {
+        self.engines.hosts[h].incarnation
+    }
+    pub fn driver_stats(&self) -> &DriverStats {
+        &self.engines.stats
+    }
+
+    /// Runs `f` with host `h`'s app and context at the current time, then
+    /// transmits what the endpoint has to send. The way to act on a host from
+    /// outside the event loop.
+    pub fn with_host<R>(&mut self, h: HostId, f: impl FnOnce(&mut A, &mut HostCtx<'_>) -> R) -> R {
+        self.engines.with_ctx(&mut self.fabric, h, f)
+    }
+
+    /// Host `src` starts an RPC to host `dst` now.
+    pub fn send_request(
+        &mut self,
+        src: HostId,
+        dst: HostId,
+        request: Bytes,
+    ) -> Result<RpcId, SendError> {
+        self.with_host(src, |_, ctx| ctx.send_request(dst, request))
+    }
+
+    /// Host `h` answers `rpc` now.
+    pub fn send_response(
+        &mut self,
+        h: HostId,
+        rpc: ServerRpc,
+        response: Bytes,
+    ) -> Result<(), SendError> {
+        self.with_host(h, |_, ctx| ctx.send_response(rpc, response))
+    }
+
+    /// Processes one event; false if there was none.
+    pub fn step(&mut self) -> bool {
+        self.fabric.step(&mut self.engines)
+    }
+
+    /// Processes every event up to and including `t`; the clock ends at `t`.
+    pub fn run_until(&mut self, t: Time) {
+        self.fabric.run_until(&mut self.engines, t)
+    }
+
+    /// Runs for `d` ns from now.
+    pub fn run_for(&mut self, d: Time) {
+        let t = self.now().saturating_add(d);
+        self.run_until(t)
+    }
+
+    /// Processes events until the queue is empty (true) or the next event is
+    /// later than `limit` (false). Note that engines with pending timers
+    /// (e.g. idle-peer cleanup) keep the queue non-empty until those expire.
+    pub fn run_until_idle(&mut self, limit: Time) -> bool {
+        self.fabric.run_until_idle(&mut self.engines, limit)
+    }
+
+    /// Processes events until `done(self)` holds (checked before each event;
+    /// true) or the next event is past `limit` / none is left (false).
+    pub fn run_until_cond(&mut self, limit: Time, mut done: impl FnMut(&Self) -> bool) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            match self.fabric.next_event_time() {
+                Some(t) if t <= limit => {
+                    self.step();
+                }
+                _ => return false,
+            }
+        }
+    }
+
+    /// Crashes host `h` now: its endpoint and every packet in its NIC queue are
+    /// discarded, packets to it are dropped while it is down, and its app is
+    /// told. With `Some(d)` a fresh endpoint (new `rpc_id_seed`) replaces it
+    /// after `d` ns; with `None` it stays down until [`Self::restart`].
+    pub fn crash(&mut self, h: HostId, downtime: Option<Time>) {
+        self.engines.crash(&mut self.fabric, h);
+        if let Some(d) = downtime {
+            let at = self.now().saturating_add(d);
+            let inc = self.engines.hosts[h].incarnation;
+            self.fabric.schedule(at, h, KIND_RESTART, inc);
+        }
+    }
+
+    /// Schedules [`Self::crash`] of host `h` at time `at`.
+    pub fn schedule_crash(&mut self, at: Time, h: HostId, downtime: Option<Time>) {
+        self.fabric
+            .schedule(at, h, KIND_CRASH, downtime.unwrap_or(u64::MAX));
+    }
+
+    /// Restarts a crashed host now (no effect if it is up).
+    pub fn restart(&mut self, h: HostId) {
+        self.engines.restart(&mut self.fabric, h);
+    }
+
+    /// Turns on the trace hash (packet deliveries, application events, crashes).
+    pub fn enable_trace(&mut self, on: bool) {
+        self.fabric.enable_trace(on);
+    }
+
+    /// A hash of the trace and of every network, fault and driver counter:
+    /// equal digests mean (with overwhelming probability) identical runs.
+    pub fn digest(&self) -> u64 {
+        let mut hs = MixHasher(self.fabric.trace_hash());
+        self.now().hash(&mut hs);
+        let s: &NetStats = self.fabric.stats();
+        s.hash(&mut hs);
+        let f: &FaultStats = self.fabric.fault_stats();
+        f.hash(&mut hs);
+        self.engines.stats.hash(&mut hs);
+        for l in 0..self.fabric.n_links() {
+            self.fabric.link_stats(l).hash(&mut hs);
+        }
+        hs.finish()
+    }
+}
+
+/// A std `Hasher` built on [`mix`], stable across Rust versions and runs.
+pub(crate) struct MixHasher(pub u64);
+
+impl Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        mix(self.0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.0 = mix(self.0 ^ u64::from_le_bytes(w));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = mix(self.0 ^ v);
+    }
+}

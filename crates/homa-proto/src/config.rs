@@ -172,7 +172,10 @@ impl Config {
             ));
         }
         if self.priority_levels == 0 || self.priority_levels as usize > MAX_PRIORITIES {
-            return bad(format!("priority_levels {} must be 1..=8", self.priority_levels));
+            return bad(format!(
+                "priority_levels {} must be 1..=8",
+                self.priority_levels
+            ));
         }
         if self.unsched_priorities == 0 || self.unsched_priorities > self.priority_levels {
             return bad(format!(

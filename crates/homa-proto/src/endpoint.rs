@@ -66,7 +66,9 @@ pub enum SendError {
     TooManyRpcs(usize),
     #[error("too many peers (limit {0})")]
     TooManyPeers(usize),
-    #[error("no such server RPC awaiting a response (already answered, or abandoned by the client)")]
+    #[error(
+        "no such server RPC awaiting a response (already answered, or abandoned by the client)"
+    )]
     UnknownRpc,
     #[error("the endpoint is shut down")]
     Shutdown,
@@ -82,7 +84,6 @@ pub struct EndpointStats {
     pub pool_bpages_in_use: usize,
     pub pool_empty: bool,
 }
-
 
 /// Most control packets queued for transmission; beyond this they are dropped
 /// (and counted), so a driver that stops polling cannot make us grow forever.
@@ -100,8 +101,15 @@ pub(crate) struct Control {
 }
 
 pub(crate) enum ControlBody {
-    Grant { offset: u32, priority: u8 },
-    Resend { offset: u32, length: u32, priority: u8 },
+    Grant {
+        offset: u32,
+        priority: u8,
+    },
+    Resend {
+        offset: u32,
+        length: u32,
+        priority: u8,
+    },
     RpcUnknown,
     Busy,
     Cutoffs,
@@ -317,10 +325,9 @@ impl Endpoint {
             Some(&k) => k,
             None => return Err(SendError::UnknownRpc),
         };
-        let unsched_priority = self
-            .peers
-            .get(&rpc.peer)
-            .map_or(self.top_priority, |p| p.unsched_priority(response.len() as u32));
+        let unsched_priority = self.peers.get(&rpc.peer).map_or(self.top_priority, |p| {
+            p.unsched_priority(response.len() as u32)
+        });
         let r = self.rpcs[key as usize].as_mut().unwrap();
         if r.state != RpcState::ServerInService {
             return Err(SendError::UnknownRpc);
@@ -393,12 +400,10 @@ impl Endpoint {
             Packet::Grant(g) => self.handle_grant(now, from, &c, g),
             Packet::Resend(r) => self.handle_resend(now, from, &c, r),
             Packet::RpcUnknown => self.handle_rpc_unknown(now, from, &c),
-            Packet::Busy => {
-                match self.lookup(from, &c) {
-                    Some(key) => self.rpcs[key as usize].as_mut().unwrap().last_heard = now,
-                    None => self.metrics.drop(DropReason::UnknownRpc),
-                }
-            }
+            Packet::Busy => match self.lookup(from, &c) {
+                Some(key) => self.rpcs[key as usize].as_mut().unwrap().last_heard = now,
+                None => self.metrics.drop(DropReason::UnknownRpc),
+            },
             Packet::Cutoffs(cut) => match self.peers.get_mut(&from) {
                 Some(peer) => {
                     peer.cutoffs = cut.cutoffs;
@@ -465,8 +470,10 @@ impl Endpoint {
                 None => return false,
             }
         }
-        self.peers
-            .insert(addr, Peer::new(self.my_cutoffs, self.config.cutoff_version, now));
+        self.peers.insert(
+            addr,
+            Peer::new(self.my_cutoffs, self.config.cutoff_version, now),
+        );
         true
     }
 
@@ -643,7 +650,13 @@ impl Endpoint {
     }
 
     /// Builds a packet header to `dest`, with timestamps.
-    pub(crate) fn common(&self, now: Time, dest: SocketAddr, rpc_id: u64, from_client: bool) -> CommonHeader {
+    pub(crate) fn common(
+        &self,
+        now: Time,
+        dest: SocketAddr,
+        rpc_id: u64,
+        from_client: bool,
+    ) -> CommonHeader {
         CommonHeader {
             from_client,
             retransmit: false,
@@ -654,7 +667,12 @@ impl Endpoint {
     }
 
     /// Encodes a control packet into `buf`.
-    pub(crate) fn encode_control(&self, now: Time, c: &Control, buf: &mut Vec<u8>) -> wire::PacketType {
+    pub(crate) fn encode_control(
+        &self,
+        now: Time,
+        c: &Control,
+        buf: &mut Vec<u8>,
+    ) -> wire::PacketType {
         let common = self.common(now, c.dest, c.rpc_id, c.from_client);
         let cut;
         let body = match &c.body {

@@ -75,7 +75,12 @@ impl Endpoint {
                 first
             }
         } else {
-            let out = self.rpcs[first as usize].as_ref().unwrap().out.as_ref().unwrap();
+            let out = self.rpcs[first as usize]
+                .as_ref()
+                .unwrap()
+                .out
+                .as_ref()
+                .unwrap();
             if out.len > self.config.pacer_bypass_bytes {
                 return None;
             }
@@ -83,8 +88,7 @@ impl Endpoint {
         };
         let t = self.send_data(now, key, buf);
         if key == first {
-            self.pacer_fifo_credit +=
-                t.len as u64 * self.config.pacer_fifo_permille as u64;
+            self.pacer_fifo_credit += t.len as u64 * self.config.pacer_fifo_permille as u64;
         }
         Some(t)
     }
@@ -172,7 +176,12 @@ impl Endpoint {
     /// Sends the next new packet of RPC `key`.
     fn send_data(&mut self, now: Time, key: RpcKey, buf: &mut Vec<u8>) -> Transmit {
         self.unqueue_out(key);
-        let out = self.rpcs[key as usize].as_ref().unwrap().out.as_ref().unwrap();
+        let out = self.rpcs[key as usize]
+            .as_ref()
+            .unwrap()
+            .out
+            .as_ref()
+            .unwrap();
         let (offset, len) = (out.next_offset, out.len);
         let t = self.encode_data(now, key, offset, len, None, buf);
         let next = (offset + self.data_per_packet).min(len);
@@ -185,13 +194,7 @@ impl Endpoint {
 
     /// Sends one packet of RPC `key`'s pending retransmission, if it has one.
     fn send_retransmit(&mut self, now: Time, key: RpcKey, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let (start, end, priority) = self
-            .rpcs
-            .get(key as usize)?
-            .as_ref()?
-            .out
-            .as_ref()?
-            .retx?;
+        let (start, end, priority) = self.rpcs.get(key as usize)?.as_ref()?.out.as_ref()?.retx?;
         let t = self.encode_data(now, key, start, end, Some(priority), buf);
         let sent = (start + self.data_per_packet).min(end);
         let out = self.rpc(key).out.as_mut().unwrap();
@@ -278,4 +281,3 @@ impl Endpoint {
         }
     }
 }
-

@@ -242,7 +242,10 @@ mod tests {
         for i in 0..MAX_RANGES as u32 {
             assert!(r.insert(i * 2, i * 2 + 1).is_some());
         }
-        assert_eq!(r.insert(MAX_RANGES as u32 * 4, MAX_RANGES as u32 * 4 + 1), None);
+        assert_eq!(
+            r.insert(MAX_RANGES as u32 * 4, MAX_RANGES as u32 * 4 + 1),
+            None
+        );
         // Filling a gap still works (it merges).
         assert_eq!(r.insert(1, 2), Some(1));
     }

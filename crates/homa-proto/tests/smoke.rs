@@ -103,7 +103,9 @@ fn pattern(seed: u64, len: usize) -> Bytes {
         .into()
 }
 
-fn echo_app(results: &mut Vec<(u64, Vec<u8>)>) -> impl FnMut(&mut Endpoint, Time, usize, Event) + '_ {
+fn echo_app(
+    results: &mut Vec<(u64, Vec<u8>)>,
+) -> impl FnMut(&mut Endpoint, Time, usize, Event) + '_ {
     move |ep, now, _i, ev| match ev {
         Event::Request { rpc, message } => {
             let data = Bytes::from(message.to_vec());
@@ -117,11 +119,24 @@ fn echo_app(results: &mut Vec<(u64, Vec<u8>)>) -> impl FnMut(&mut Endpoint, Time
 #[test]
 fn echo_various_sizes() {
     let mut link = Link::new(2, Config::default());
-    let sizes = [0usize, 1, 100, 1416, 1417, 5000, 60_000, 64 * 1024, 200_000, 1_000_000];
+    let sizes = [
+        0usize,
+        1,
+        100,
+        1416,
+        1417,
+        5000,
+        60_000,
+        64 * 1024,
+        200_000,
+        1_000_000,
+    ];
     let mut expect = BTreeMap::new();
     for (n, &s) in sizes.iter().enumerate() {
         let data = pattern(n as u64, s);
-        let id = link.eps[0].send_request(0, link.addrs[1], data.clone()).unwrap();
+        let id = link.eps[0]
+            .send_request(0, link.addrs[1], data.clone())
+            .unwrap();
         expect.insert(id.0, data);
     }
     let mut results = Vec::new();
@@ -148,13 +163,16 @@ fn echo_with_loss() {
         let size = [10usize, 3000, 150_000][n as usize % 3];
         let data = pattern(n, size);
         let from = (n % 2) as usize;
-        let id = link.eps[from].send_request(0, link.addrs[2], data.clone()).unwrap();
+        let id = link.eps[from]
+            .send_request(0, link.addrs[2], data.clone())
+            .unwrap();
         expect.insert((from, id.0), data);
     }
     let mut results = Vec::new();
     link.run(5_000_000_000, &mut |ep, now, i, ev| match ev {
         Event::Request { rpc, message } => {
-            ep.send_response(now, rpc, Bytes::from(message.to_vec())).unwrap();
+            ep.send_response(now, rpc, Bytes::from(message.to_vec()))
+                .unwrap();
         }
         Event::Response { id, message } => results.push(((i, id.0), message.to_vec())),
         Event::Failed { id, error } => panic!("rpc {id:?} failed: {error}"),

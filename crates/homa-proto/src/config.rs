@@ -63,6 +63,8 @@ pub struct Config {
     pub max_message_length: u32,
     /// Most concurrent server RPCs from one peer.
     pub max_server_rpcs_per_peer: usize,
+    /// Most concurrent server RPCs of this endpoint, from all peers.
+    pub max_server_rpcs: usize,
     /// Most concurrent client RPCs of this endpoint.
     pub max_client_rpcs: usize,
     /// Most peers tracked at once.
@@ -110,6 +112,7 @@ impl Default for Config {
             peer_idle_ns: 10_000_000_000,
             max_message_length: 1_000_000,
             max_server_rpcs_per_peer: 10_000,
+            max_server_rpcs: 100_000,
             max_client_rpcs: 100_000,
             max_peers: 10_000,
             pool_bytes: 64 << 20,
@@ -169,7 +172,10 @@ impl Config {
             ));
         }
         if self.priority_levels == 0 || self.priority_levels as usize > MAX_PRIORITIES {
-            return bad(format!("priority_levels {} must be 1..=8", self.priority_levels));
+            return bad(format!(
+                "priority_levels {} must be 1..=8",
+                self.priority_levels
+            ));
         }
         if self.unsched_priorities == 0 || self.unsched_priorities > self.priority_levels {
             return bad(format!(
@@ -199,7 +205,10 @@ impl Config {
                 self.pool_bytes, self.max_message_length
             ));
         }
-        if self.max_peers == 0 || self.max_server_rpcs_per_peer == 0 || self.max_client_rpcs == 0
+        if self.max_peers == 0
+            || self.max_server_rpcs_per_peer == 0
+            || self.max_server_rpcs == 0
+            || self.max_client_rpcs == 0
         {
             return bad("limits must be positive".into());
         }

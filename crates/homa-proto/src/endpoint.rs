@@ -1,9 +1,13 @@
 //! The endpoint: one Homa socket's worth of protocol state.
 
 use crate::config::{Config, ConfigError};
-use crate::metrics::Metrics;
-use crate::pool::Message;
+use crate::metrics::{DropReason, Metrics};
+use crate::peer::Peer;
+use crate::pool::{Message, Pool};
+use crate::rpc::{OutMsg, Rpc, RpcKey, RpcState};
+use crate::wire::{self, Body, CommonHeader, Packet, MAX_ACKS_PER_PACKET, MAX_PRIORITIES};
 use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use thiserror::Error;
 
@@ -62,7 +66,9 @@ pub enum SendError {
     TooManyRpcs(usize),
     #[error("too many peers (limit {0})")]
     TooManyPeers(usize),
-    #[error("no such server RPC awaiting a response (already answered, or abandoned by the client)")]
+    #[error(
+        "no such server RPC awaiting a response (already answered, or abandoned by the client)"
+    )]
     UnknownRpc,
     #[error("the endpoint is shut down")]
     Shutdown,
@@ -79,70 +85,631 @@ pub struct EndpointStats {
     pub pool_empty: bool,
 }
 
-/// One Homa endpoint (the Linux module's socket).
+/// Most control packets queued for transmission; beyond this they are dropped
+/// (and counted), so a driver that stops polling cannot make us grow forever.
+const MAX_CONTROL_QUEUE: usize = 1 << 16;
+/// Most tombstones kept at once.
+const MAX_TOMBSTONES: usize = 1 << 16;
+
+/// A control packet waiting to be sent.
+pub(crate) struct Control {
+    pub dest: SocketAddr,
+    pub rpc_id: u64,
+    /// Whether we are the RPC's client.
+    pub from_client: bool,
+    pub body: ControlBody,
+}
+
+pub(crate) enum ControlBody {
+    Grant {
+        offset: u32,
+        priority: u8,
+    },
+    Resend {
+        offset: u32,
+        length: u32,
+        priority: u8,
+    },
+    RpcUnknown,
+    Busy,
+    Cutoffs,
+    NeedAck,
+    Ack(Vec<u64>),
+}
+
+/// One Homa endpoint (the Linux module's socket): every RPC it is client or
+/// server of, the peers it talks to, its receive pool and its transmit queues.
 pub struct Endpoint {
-    config: Config,
-    metrics: Metrics,
+    pub(crate) config: Config,
+    pub(crate) metrics: Metrics,
+    // Values derived from the configuration.
+    pub(crate) unsched_bytes: u32,
+    pub(crate) grant_window: u32,
+    pub(crate) max_incoming: u64,
+    pub(crate) max_nic_queue_ns: u64,
+    pub(crate) data_per_packet: u32,
+    pub(crate) my_cutoffs: [u32; MAX_PRIORITIES],
+    pub(crate) top_priority: u8,
+    pub(crate) sched_levels: u8,
+    pub(crate) tick_ns: u64,
+    pub(crate) keepalive_ns: u64,
+
+    pub(crate) pool: Pool,
+    pub(crate) rpcs: Vec<Option<Rpc>>,
+    pub(crate) free_keys: Vec<RpcKey>,
+    pub(crate) client_ids: BTreeMap<u64, RpcKey>,
+    pub(crate) server_ids: BTreeMap<(SocketAddr, u64), RpcKey>,
+    pub(crate) server_rpc_count: usize,
+    pub(crate) peers: BTreeMap<SocketAddr, Peer>,
+    pub(crate) tombstones: BTreeMap<(SocketAddr, u64), Time>,
+    pub(crate) tombstone_queue: VecDeque<(Time, SocketAddr, u64)>,
+    pub(crate) next_id: u64,
+    pub(crate) next_birth: u64,
+
+    // Sender side (outgoing.rs).
+    /// Messages with bytes to send for the first time: (remaining, birth, key).
+    pub(crate) sendable: BTreeSet<(u32, u64, RpcKey)>,
+    pub(crate) sendable_by_age: BTreeSet<(u64, RpcKey)>,
+    pub(crate) retx_queue: VecDeque<RpcKey>,
+    pub(crate) control: VecDeque<Control>,
+    /// Estimated time at which the NIC's transmit queue drains.
+    pub(crate) nic_idle_at: Time,
+    pub(crate) pacer_fifo_credit: u64,
+
+    // Receiver side (incoming.rs).
+    /// Messages that need grants: (remaining, birth, key).
+    pub(crate) grantable: BTreeSet<(u32, u64, RpcKey)>,
+    pub(crate) grantable_by_age: BTreeSet<(u64, RpcKey)>,
+    /// Sum over incoming messages of granted-but-not-received bytes.
+    pub(crate) incoming_total: u64,
+    pub(crate) grant_fifo_credit: u64,
+    /// Messages waiting for pool space: (length, birth, key).
+    pub(crate) pool_waiters: BTreeSet<(u32, u64, RpcKey)>,
+    pub(crate) scratch_keys: Vec<RpcKey>,
+
+    pub(crate) events: VecDeque<Event>,
+    /// Next periodic timer tick (`Time::MAX`: none).
+    pub(crate) next_tick: Time,
+    pub(crate) shut_down: bool,
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
 }
 
 impl Endpoint {
     /// A new endpoint; `now` is the driver's current time.
     pub fn new(config: Config, now: Time) -> Result<Endpoint, ConfigError> {
         config.validate()?;
-        let _ = now;
-        todo!()
+        let levels = config.priority_levels;
+        let unsched_levels = config.unsched_priorities;
+        let mut my_cutoffs = [0u32; MAX_PRIORITIES];
+        for j in 0..unsched_levels as usize {
+            my_cutoffs[levels as usize - 1 - j] = config.unsched_cutoffs[j];
+        }
+        // Whatever the configured cutoffs say, the lowest unscheduled level takes
+        // every length that the higher ones do not.
+        my_cutoffs[(levels - unsched_levels) as usize] = u32::MAX;
+        let tick_ns = (config.resend_interval_ns / 2).max(1);
+        let ep = Endpoint {
+            unsched_bytes: config.effective_unsched_bytes(),
+            grant_window: config.effective_grant_window(),
+            max_incoming: config.effective_max_incoming(),
+            max_nic_queue_ns: config.effective_max_nic_queue_ns(),
+            data_per_packet: config.max_data_per_packet() as u32,
+            my_cutoffs,
+            top_priority: levels - 1,
+            sched_levels: (levels - unsched_levels).max(1),
+            tick_ns,
+            keepalive_ns: (config.rpc_timeout_ns / 4).max(config.resend_interval_ns),
+            pool: Pool::new(config.pool_bytes),
+            rpcs: Vec::new(),
+            free_keys: Vec::new(),
+            client_ids: BTreeMap::new(),
+            server_ids: BTreeMap::new(),
+            server_rpc_count: 0,
+            peers: BTreeMap::new(),
+            tombstones: BTreeMap::new(),
+            tombstone_queue: VecDeque::new(),
+            next_id: splitmix64(config.rpc_id_seed).max(1),
+            next_birth: 0,
+            sendable: BTreeSet::new(),
+            sendable_by_age: BTreeSet::new(),
+            retx_queue: VecDeque::new(),
+            control: VecDeque::new(),
+            nic_idle_at: now,
+            pacer_fifo_credit: 0,
+            grantable: BTreeSet::new(),
+            grantable_by_age: BTreeSet::new(),
+            incoming_total: 0,
+            grant_fifo_credit: 0,
+            pool_waiters: BTreeSet::new(),
+            scratch_keys: Vec::new(),
+            events: VecDeque::new(),
+            next_tick: Time::MAX,
+            shut_down: false,
+            metrics: Metrics::default(),
+            config,
+        };
+        Ok(ep)
     }
+
     pub fn config(&self) -> &Config {
         &self.config
     }
+
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
+
     pub fn stats(&self) -> EndpointStats {
-        todo!()
+        EndpointStats {
+            client_rpcs: self.client_ids.len(),
+            server_rpcs: self.server_ids.len(),
+            peers: self.peers.len(),
+            tombstones: self.tombstones.len(),
+            pool_bpages_in_use: self.pool.bpages_in_use(),
+            pool_empty: self.pool.is_empty(),
+        }
     }
-    /// Feeds one received datagram (UDP payload) from `from`.
-    pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
-        let _ = (now, from, datagram);
-        todo!()
+
+    /// Smallest round-trip time measured to `peer`, if any.
+    pub fn peer_rtt_min(&self, peer: SocketAddr) -> Option<u64> {
+        self.peers.get(&peer).and_then(|p| p.rtt_min)
     }
-    /// Writes the next datagram to send into `buf` (cleared first), or returns
-    /// `None` if nothing may be sent now (call again after [`Self::poll_timeout`]
-    /// or any other input).
-    pub fn poll_transmit(&mut self, now: Time, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let _ = (now, buf);
-        todo!()
+
+    /// True when the endpoint has no RPCs and nothing to transmit.
+    pub fn is_idle(&self) -> bool {
+        self.client_ids.is_empty()
+            && self.server_ids.is_empty()
+            && self.control.is_empty()
+            && self.events.is_empty()
     }
-    /// When `handle_timeout` should next be called, if ever.
-    pub fn poll_timeout(&self) -> Option<Time> {
-        todo!()
-    }
-    /// Runs timers due at `now`.
-    pub fn handle_timeout(&mut self, now: Time) {
-        let _ = now;
-        todo!()
-    }
+
     pub fn poll_event(&mut self) -> Option<Event> {
-        todo!()
+        self.events.pop_front()
     }
+
     /// Starts an RPC.
-    pub fn send_request(&mut self, now: Time, dest: SocketAddr, request: Bytes) -> Result<RpcId, SendError> {
-        let _ = (now, dest, request);
-        todo!()
+    pub fn send_request(
+        &mut self,
+        now: Time,
+        dest: SocketAddr,
+        request: Bytes,
+    ) -> Result<RpcId, SendError> {
+        if self.shut_down {
+            return Err(SendError::Shutdown);
+        }
+        if request.len() > self.config.max_message_length as usize {
+            return Err(SendError::MessageTooLong {
+                len: request.len(),
+                max: self.config.max_message_length,
+            });
+        }
+        if self.client_ids.len() >= self.config.max_client_rpcs {
+            return Err(SendError::TooManyRpcs(self.config.max_client_rpcs));
+        }
+        if !self.ensure_peer(now, dest) {
+            return Err(SendError::TooManyPeers(self.config.max_peers));
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        let unsched_priority = self.peers[&dest].unsched_priority(request.len() as u32);
+        let key = self.insert_rpc(now, true, id, dest, RpcState::ClientActive);
+        self.rpc(key).out = Some(OutMsg::new(request, self.unsched_bytes, unsched_priority));
+        self.client_ids.insert(id, key);
+        self.requeue_out(key);
+        Ok(RpcId(id))
     }
+
     /// Answers a request delivered by [`Event::Request`].
-    pub fn send_response(&mut self, now: Time, rpc: ServerRpc, response: Bytes) -> Result<(), SendError> {
-        let _ = (now, rpc, response);
-        todo!()
+    pub fn send_response(
+        &mut self,
+        now: Time,
+        rpc: ServerRpc,
+        response: Bytes,
+    ) -> Result<(), SendError> {
+        if self.shut_down {
+            return Err(SendError::Shutdown);
+        }
+        if response.len() > self.config.max_message_length as usize {
+            return Err(SendError::MessageTooLong {
+                len: response.len(),
+                max: self.config.max_message_length,
+            });
+        }
+        let key = match self.server_ids.get(&(rpc.peer, rpc.id)) {
+            Some(&k) => k,
+            None => return Err(SendError::UnknownRpc),
+        };
+        let unsched_priority = self.peers.get(&rpc.peer).map_or(self.top_priority, |p| {
+            p.unsched_priority(response.len() as u32)
+        });
+        let r = self.rpcs[key as usize].as_mut().unwrap();
+        if r.state != RpcState::ServerInService {
+            return Err(SendError::UnknownRpc);
+        }
+        r.state = RpcState::ServerResponding;
+        r.out = Some(OutMsg::new(response, self.unsched_bytes, unsched_priority));
+        r.last_heard = now;
+        r.last_prod = now;
+        self.requeue_out(key);
+        Ok(())
     }
+
     /// Abandons a client RPC (no event is generated for it). Unknown ids are ignored.
     pub fn cancel(&mut self, id: RpcId) {
-        let _ = id;
-        todo!()
+        if let Some(&key) = self.client_ids.get(&id.0) {
+            let now = self.rpcs[key as usize].as_ref().unwrap().last_heard;
+            self.free_rpc(now, key);
+        }
     }
+
     /// Fails every client RPC with [`RpcError::Shutdown`], forgets every server
-    /// RPC and refuses new work.
+    /// RPC and refuses new work. Queued control packets may still be polled.
     pub fn shutdown(&mut self) {
-        todo!()
+        if self.shut_down {
+            return;
+        }
+        self.shut_down = true;
+        let keys: Vec<RpcKey> = (0..self.rpcs.len() as RpcKey)
+            .filter(|&k| self.rpcs[k as usize].is_some())
+            .collect();
+        for key in keys {
+            let rpc = self.rpcs[key as usize].as_ref().unwrap();
+            if rpc.is_client {
+                self.events.push_back(Event::Failed {
+                    id: RpcId(rpc.id),
+                    error: RpcError::Shutdown,
+                });
+                self.metrics.rpcs_failed += 1;
+            }
+            let now = rpc.last_heard;
+            self.free_rpc(now, key);
+        }
+        self.next_tick = Time::MAX;
+    }
+
+    /// Feeds one received datagram (UDP payload) from `from`.
+    pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
+        self.metrics.bytes_received += datagram.len() as u64;
+        if self.shut_down {
+            return;
+        }
+        if self.config.checksum && !wire::verify_checksum(datagram, true) {
+            self.metrics.drop(DropReason::BadChecksum);
+            return;
+        }
+        let decoded = match wire::decode(datagram) {
+            Ok(d) => d,
+            Err(_) => {
+                self.metrics.drop(DropReason::Malformed);
+                return;
+            }
+        };
+        self.metrics.packets_received[decoded.packet.packet_type().index()] += 1;
+        let c = decoded.common;
+        if let Some(peer) = self.peers.get_mut(&from) {
+            peer.observe(now, c.send_time, c.echo_time);
+        }
+        match decoded.packet {
+            Packet::Data { header, payload } => self.handle_data(now, from, &c, &header, payload),
+            Packet::Grant(g) => self.handle_grant(now, from, &c, g),
+            Packet::Resend(r) => self.handle_resend(now, from, &c, r),
+            Packet::RpcUnknown => self.handle_rpc_unknown(now, from, &c),
+            Packet::Busy => match self.lookup(from, &c) {
+                Some(key) => self.rpcs[key as usize].as_mut().unwrap().last_heard = now,
+                None => self.metrics.drop(DropReason::UnknownRpc),
+            },
+            Packet::Cutoffs(cut) => match self.peers.get_mut(&from) {
+                Some(peer) => {
+                    peer.cutoffs = cut.cutoffs;
+                    peer.cutoff_version = cut.version;
+                }
+                None => self.metrics.drop(DropReason::UnknownRpc),
+            },
+            Packet::NeedAck => self.handle_need_ack(now, from, &c),
+            Packet::Ack(ids) => {
+                if !c.from_client {
+                    self.metrics.drop(DropReason::WrongState);
+                    return;
+                }
+                for id in ids.iter() {
+                    self.handle_ack_id(now, from, id);
+                }
+            }
+        }
+        self.check_pool_waiters(now);
+    }
+
+    /// When `handle_timeout` should next be called, if ever.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let mut t = self.next_tick;
+        if (!self.sendable.is_empty() || !self.retx_queue.is_empty())
+            && self.nic_idle_at > self.max_nic_queue_ns
+        {
+            t = t.min(self.nic_idle_at - self.max_nic_queue_ns);
+        }
+        (t != Time::MAX).then_some(t)
+    }
+
+    /// The RPC a packet from `from` refers to, by direction.
+    pub(crate) fn lookup(&self, from: SocketAddr, c: &CommonHeader) -> Option<RpcKey> {
+        if c.from_client {
+            self.server_ids.get(&(from, c.rpc_id)).copied()
+        } else {
+            let key = *self.client_ids.get(&c.rpc_id)?;
+            (self.rpcs[key as usize].as_ref().unwrap().peer == from).then_some(key)
+        }
+    }
+
+    pub(crate) fn rpc(&mut self, key: RpcKey) -> &mut Rpc {
+        self.rpcs[key as usize].as_mut().expect("live rpc key")
+    }
+
+    /// Makes sure a peer entry exists, evicting an idle one if the table is
+    /// full. False if no room can be made.
+    pub(crate) fn ensure_peer(&mut self, now: Time, addr: SocketAddr) -> bool {
+        if self.peers.contains_key(&addr) {
+            return true;
+        }
+        if self.peers.len() >= self.config.max_peers {
+            let victim = self
+                .peers
+                .iter()
+                .filter(|(_, p)| p.rpcs == 0)
+                .min_by_key(|(_, p)| p.last_active)
+                .map(|(a, _)| *a);
+            match victim {
+                Some(a) => {
+                    self.peers.remove(&a);
+                }
+                None => return false,
+            }
+        }
+        self.peers.insert(
+            addr,
+            Peer::new(self.my_cutoffs, self.config.cutoff_version, now),
+        );
+        true
+    }
+
+    pub(crate) fn insert_rpc(
+        &mut self,
+        now: Time,
+        is_client: bool,
+        id: u64,
+        peer: SocketAddr,
+        state: RpcState,
+    ) -> RpcKey {
+        let birth = self.next_birth;
+        self.next_birth += 1;
+        let rpc = Rpc {
+            is_client,
+            id,
+            peer,
+            state,
+            birth,
+            out: None,
+            inc: None,
+            last_heard: now,
+            last_prod: now,
+        };
+        let key = match self.free_keys.pop() {
+            Some(k) => {
+                self.rpcs[k as usize] = Some(rpc);
+                k
+            }
+            None => {
+                self.rpcs.push(Some(rpc));
+                (self.rpcs.len() - 1) as RpcKey
+            }
+        };
+        let p = self.peers.get_mut(&peer).expect("peer exists");
+        p.rpcs += 1;
+        p.last_active = now;
+        if !is_client {
+            p.server_rpcs += 1;
+            self.server_rpc_count += 1;
+        }
+        self.next_tick = self.next_tick.min(now + self.tick_ns);
+        key
+    }
+
+    /// Forgets an RPC entirely, returning its pool space.
+    pub(crate) fn free_rpc(&mut self, now: Time, key: RpcKey) {
+        self.unqueue_out(key);
+        self.remove_incoming(key);
+        let rpc = self.rpcs[key as usize].take().expect("live rpc key");
+        self.free_keys.push(key);
+        if rpc.is_client {
+            self.client_ids.remove(&rpc.id);
+        } else {
+            self.server_ids.remove(&(rpc.peer, rpc.id));
+            self.server_rpc_count -= 1;
+            self.add_tombstone(now, rpc.peer, rpc.id);
+        }
+        if let Some(p) = self.peers.get_mut(&rpc.peer) {
+            p.rpcs -= 1;
+            if !rpc.is_client {
+                p.server_rpcs -= 1;
+            }
+            p.last_active = now;
+        }
+        self.update_grants(now);
+    }
+
+    fn add_tombstone(&mut self, now: Time, peer: SocketAddr, id: u64) {
+        if self.shut_down || self.config.tombstone_ns == 0 {
+            return;
+        }
+        while self.tombstone_queue.len() >= MAX_TOMBSTONES {
+            let (_, p, i) = self.tombstone_queue.pop_front().unwrap();
+            self.tombstones.remove(&(p, i));
+        }
+        let expiry = now + self.config.tombstone_ns;
+        if self.tombstones.insert((peer, id), expiry).is_none() {
+            self.tombstone_queue.push_back((expiry, peer, id));
+        }
+    }
+
+    pub(crate) fn expire_tombstones(&mut self, now: Time) {
+        while let Some(&(t, p, i)) = self.tombstone_queue.front() {
+            if t > now {
+                break;
+            }
+            self.tombstone_queue.pop_front();
+            if self.tombstones.get(&(p, i)) == Some(&t) {
+                self.tombstones.remove(&(p, i));
+            }
+        }
+    }
+
+    pub(crate) fn queue_control(&mut self, c: Control) {
+        if self.control.len() >= MAX_CONTROL_QUEUE {
+            self.metrics.control_dropped += 1;
+            return;
+        }
+        self.control.push_back(c);
+    }
+
+    /// Queues a control packet about RPC `key`.
+    pub(crate) fn control_for(&mut self, key: RpcKey, body: ControlBody) {
+        let rpc = self.rpcs[key as usize].as_ref().unwrap();
+        let c = Control {
+            dest: rpc.peer,
+            rpc_id: rpc.id,
+            from_client: rpc.is_client,
+            body,
+        };
+        self.queue_control(c);
+    }
+
+    fn handle_rpc_unknown(&mut self, now: Time, from: SocketAddr, c: &CommonHeader) {
+        let Some(key) = self.lookup(from, c) else {
+            self.metrics.drop(DropReason::UnknownRpc);
+            return;
+        };
+        if c.from_client {
+            // The client has forgotten this RPC: nothing more to do for it.
+            self.free_rpc(now, key);
+            return;
+        }
+        // The server has no record of our request: it never got it (or lost its
+        // state). Start the request over.
+        self.remove_incoming(key);
+        let rpc = self.rpc(key);
+        rpc.last_heard = now;
+        rpc.last_prod = now;
+        if let Some(out) = rpc.out.as_mut() {
+            out.restart();
+        }
+        self.metrics.restarts += 1;
+        self.requeue_out(key);
+    }
+
+    fn handle_need_ack(&mut self, now: Time, from: SocketAddr, c: &CommonHeader) {
+        if c.from_client {
+            self.metrics.drop(DropReason::WrongState);
+            return;
+        }
+        if self.lookup(from, c).is_some() {
+            // Still receiving the response; our RESENDs will sort it out.
+            return;
+        }
+        let mut ids = vec![c.rpc_id];
+        if let Some(peer) = self.peers.get_mut(&from) {
+            while ids.len() < MAX_ACKS_PER_PACKET {
+                match peer.pending_acks.pop() {
+                    Some(id) if id != c.rpc_id => ids.push(id),
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+            peer.last_active = now;
+        }
+        self.queue_control(Control {
+            dest: from,
+            rpc_id: c.rpc_id,
+            from_client: true,
+            body: ControlBody::Ack(ids),
+        });
+    }
+
+    /// The client acknowledged RPC `id`: drop its server state.
+    pub(crate) fn handle_ack_id(&mut self, now: Time, from: SocketAddr, id: u64) {
+        if let Some(&key) = self.server_ids.get(&(from, id)) {
+            if self.rpcs[key as usize].as_ref().unwrap().state == RpcState::ServerResponding {
+                self.metrics.acks_processed += 1;
+                self.free_rpc(now, key);
+            }
+        }
+    }
+
+    /// Builds a packet header to `dest`, with timestamps.
+    pub(crate) fn common(
+        &self,
+        now: Time,
+        dest: SocketAddr,
+        rpc_id: u64,
+        from_client: bool,
+    ) -> CommonHeader {
+        CommonHeader {
+            from_client,
+            retransmit: false,
+            rpc_id,
+            send_time: now.max(1),
+            echo_time: self.peers.get(&dest).map_or(0, |p| p.echo_time),
+        }
+    }
+
+    /// Encodes a control packet into `buf`.
+    pub(crate) fn encode_control(
+        &self,
+        now: Time,
+        c: &Control,
+        buf: &mut Vec<u8>,
+    ) -> wire::PacketType {
+        let common = self.common(now, c.dest, c.rpc_id, c.from_client);
+        let cut;
+        let body = match &c.body {
+            ControlBody::Grant { offset, priority } => Body::Grant(wire::Grant {
+                offset: *offset,
+                priority: *priority,
+            }),
+            ControlBody::Resend {
+                offset,
+                length,
+                priority,
+            } => Body::Resend(wire::Resend {
+                offset: *offset,
+                length: *length,
+                priority: *priority,
+            }),
+            ControlBody::RpcUnknown => Body::RpcUnknown,
+            ControlBody::Busy => Body::Busy,
+            ControlBody::Cutoffs => {
+                cut = wire::Cutoffs {
+                    version: self.config.cutoff_version,
+                    cutoffs: self.my_cutoffs,
+                };
+                Body::Cutoffs(cut)
+            }
+            ControlBody::NeedAck => Body::NeedAck,
+            ControlBody::Ack(ids) => Body::Ack(ids),
+        };
+        wire::encode(buf, &common, &body, self.config.checksum);
+        match c.body {
+            ControlBody::Grant { .. } => wire::PacketType::Grant,
+            ControlBody::Resend { .. } => wire::PacketType::Resend,
+            ControlBody::RpcUnknown => wire::PacketType::RpcUnknown,
+            ControlBody::Busy => wire::PacketType::Busy,
+            ControlBody::Cutoffs => wire::PacketType::Cutoffs,
+            ControlBody::NeedAck => wire::PacketType::NeedAck,
+            ControlBody::Ack(_) => wire::PacketType::Ack,
+        }
     }
 }

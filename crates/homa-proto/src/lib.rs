@@ -48,11 +48,18 @@
 
 pub mod config;
 mod endpoint;
+mod incoming;
 pub mod metrics;
+mod outgoing;
+mod peer;
 pub mod pool;
+mod rpc;
+mod timer;
 pub mod wire;
 
 pub use config::{Config, ConfigError};
-pub use endpoint::{Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Time, Transmit};
+pub use endpoint::{
+    Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Time, Transmit,
+};
 pub use metrics::{DropReason, Metrics};
 pub use pool::{Message, BPAGE_SIZE};

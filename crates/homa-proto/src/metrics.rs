@@ -96,6 +96,8 @@ pub struct Metrics {
     pub pool_waits: u64,
     /// Server RPCs discarded after an ACK.
     pub acks_processed: u64,
+    /// Control packets dropped because the transmit queue was full.
+    pub control_dropped: u64,
 }
 
 impl Metrics {
@@ -141,6 +143,7 @@ impl Metrics {
             ("rpcs_failed", self.rpcs_failed),
             ("pool_waits", self.pool_waits),
             ("acks_processed", self.acks_processed),
+            ("control_dropped", self.control_dropped),
         ];
         v.extend(plain.iter().map(|(n, x)| (n.to_string(), *x)));
         v

@@ -228,7 +228,7 @@ pub enum DecodeError {
         len: usize,
         message_length: u32,
     },
-    #[error("DATA packet with an empty payload")]
+    #[error("DATA packet with an empty payload for a non-empty message")]
     EmptyData,
     #[error("unscheduled bytes {0} exceed message length {1}")]
     BadUnsched(u32, u32),
@@ -317,7 +317,8 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
                 ack: u64_at(body, 16),
             };
             let payload = &body[DATA_HEADER_LEN..];
-            if payload.is_empty() {
+            // Only a zero-length message has an empty DATA packet (its only one).
+            if payload.is_empty() && (header.message_length != 0 || header.offset != 0) {
                 return Err(DecodeError::EmptyData);
             }
             if header.offset as u64 + payload.len() as u64 > header.message_length as u64 {

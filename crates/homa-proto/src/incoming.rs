@@ -1,0 +1,416 @@
+//! Receiver side: DATA packets, pool reservation, delivery, and grants (SRPT
+//! with controlled overcommitment and rank-based scheduled priorities).
+
+use crate::endpoint::{Control, ControlBody, Endpoint, Event, RpcError, RpcId, ServerRpc, Time};
+use crate::metrics::DropReason;
+use crate::rpc::{InMsg, RpcKey, RpcState};
+use crate::wire::{CommonHeader, DataHeader, MAX_ACKS_PER_PACKET};
+use std::net::SocketAddr;
+
+impl Endpoint {
+    pub(crate) fn handle_data(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        c: &CommonHeader,
+        h: &DataHeader,
+        payload: &[u8],
+    ) {
+        let key = if c.from_client {
+            match self.server_ids.get(&(from, c.rpc_id)) {
+                Some(&k) => k,
+                None => match self.new_server_rpc(now, from, c, h) {
+                    Some(k) => k,
+                    None => return,
+                },
+            }
+        } else {
+            match self.lookup(from, c) {
+                Some(k) => k,
+                None => {
+                    self.metrics.drop(DropReason::UnknownRpc);
+                    return;
+                }
+            }
+        };
+        if c.from_client && h.ack != 0 && h.ack != c.rpc_id {
+            self.handle_ack_id(now, from, h.ack);
+        }
+        if h.cutoff_version != self.config.cutoff_version {
+            self.maybe_send_cutoffs(now, from, c);
+        }
+        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        rpc.last_heard = now;
+        if rpc.inc.is_none() {
+            let receiving = match rpc.state {
+                RpcState::ClientActive => true,
+                RpcState::ServerReceiving => true,
+                RpcState::ServerInService | RpcState::ServerResponding => false,
+            };
+            if !receiving {
+                self.metrics.drop(DropReason::Duplicate);
+                return;
+            }
+            if h.message_length > self.config.max_message_length {
+                // Only a client gets here (servers check before creating the RPC).
+                self.metrics.drop(DropReason::MessageTooLong);
+                self.fail_client(now, key, RpcError::ResponseTooLong);
+                return;
+            }
+            let mut inc = InMsg::new(h.message_length, h.unsched_bytes);
+            inc.priority = self.unsched_level(h.message_length);
+            let rpc = self.rpcs[key as usize].as_mut().unwrap();
+            rpc.inc = Some(inc);
+            if rpc.is_client {
+                // The server has all of our request: stop sending it.
+                if let Some(out) = rpc.out.as_mut() {
+                    out.retx = None;
+                }
+                self.unqueue_out(key);
+            }
+        }
+        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let birth = rpc.birth;
+        let inc = rpc.inc.as_mut().unwrap();
+        if inc.len != h.message_length {
+            self.metrics.drop(DropReason::InconsistentLength);
+            return;
+        }
+        if inc.alloc.is_none() {
+            if inc.waiting_for_pool {
+                self.metrics.drop(DropReason::PoolExhausted);
+                return;
+            }
+            match self.pool.allocate(inc.len as usize) {
+                Some(a) => {
+                    inc.alloc = Some(a);
+                    self.after_alloc(key);
+                }
+                None => {
+                    inc.waiting_for_pool = true;
+                    self.pool_waiters.insert((inc.len, birth, key));
+                    self.metrics.pool_waits += 1;
+                    self.metrics.drop(DropReason::PoolExhausted);
+                    return;
+                }
+            }
+            if h.message_length == 0 {
+                self.finish_incoming(now, key);
+                return;
+            }
+        }
+        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let inc = rpc.inc.as_mut().unwrap();
+        if inc.complete() {
+            self.metrics.drop(DropReason::Duplicate);
+            return;
+        }
+        let start = h.offset;
+        let end = start + payload.len() as u32;
+        let old_remaining = inc.len - inc.bytes_received;
+        let old_outstanding = inc.outstanding();
+        let new = match inc.received.insert(start, end) {
+            None => {
+                self.metrics.drop(DropReason::Unexpected);
+                return;
+            }
+            Some(0) => {
+                self.metrics.drop(DropReason::Duplicate);
+                return;
+            }
+            Some(n) => n,
+        };
+        self.pool
+            .write(inc.alloc.as_ref().unwrap(), start as usize, payload);
+        inc.bytes_received += new;
+        self.metrics.data_bytes_received += new as u64;
+        self.incoming_total = self.incoming_total - old_outstanding + inc.outstanding();
+        if inc.complete() {
+            self.finish_incoming(now, key);
+            return;
+        }
+        if let Some(remaining) = inc.grant_key {
+            debug_assert_eq!(remaining, old_remaining);
+            let new_remaining = inc.len - inc.bytes_received;
+            inc.grant_key = Some(new_remaining);
+            self.grantable.remove(&(remaining, birth, key));
+            self.grantable.insert((new_remaining, birth, key));
+            self.update_grants(now);
+        }
+    }
+
+    /// Creates a server RPC for the first DATA packet of a request, within the
+    /// limits. None (and a counted drop) if the packet must be ignored.
+    fn new_server_rpc(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        c: &CommonHeader,
+        h: &DataHeader,
+    ) -> Option<RpcKey> {
+        let reason = if self.tombstones.contains_key(&(from, c.rpc_id)) {
+            Some(DropReason::Tombstone)
+        } else if h.message_length > self.config.max_message_length {
+            Some(DropReason::MessageTooLong)
+        } else if self.server_rpc_count >= self.config.max_server_rpcs {
+            Some(DropReason::TooManyRpcs)
+        } else if !self.ensure_peer(now, from) {
+            Some(DropReason::TooManyPeers)
+        } else if self.peers[&from].server_rpcs >= self.config.max_server_rpcs_per_peer {
+            Some(DropReason::TooManyRpcs)
+        } else {
+            None
+        };
+        if let Some(r) = reason {
+            self.metrics.drop(r);
+            return None;
+        }
+        let peer = self.peers.get_mut(&from).unwrap();
+        if peer.echo_time == 0 {
+            peer.observe(now, c.send_time, c.echo_time);
+        }
+        let key = self.insert_rpc(now, false, c.rpc_id, from, RpcState::ServerReceiving);
+        self.server_ids.insert((from, c.rpc_id), key);
+        Some(key)
+    }
+
+    fn maybe_send_cutoffs(&mut self, now: Time, from: SocketAddr, c: &CommonHeader) {
+        let interval = self.config.resend_interval_ns;
+        let Some(peer) = self.peers.get_mut(&from) else {
+            return;
+        };
+        if peer.cutoffs_sent_at.is_some_and(|t| now < t + interval) {
+            return;
+        }
+        peer.cutoffs_sent_at = Some(now);
+        self.queue_control(Control {
+            dest: from,
+            rpc_id: c.rpc_id,
+            from_client: !c.from_client,
+            body: ControlBody::Cutoffs,
+        });
+    }
+
+    /// Our own unscheduled priority for an incoming message of `len` bytes (used
+    /// when asking for its unscheduled bytes again).
+    pub(crate) fn unsched_level(&self, len: u32) -> u8 {
+        (0..self.my_cutoffs.len())
+            .rev()
+            .find(|&i| self.my_cutoffs[i] >= len && self.my_cutoffs[i] != 0)
+            .unwrap_or(0) as u8
+    }
+
+    /// A message just got its pool space: start granting if it needs grants.
+    fn after_alloc(&mut self, key: RpcKey) {
+        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let birth = rpc.birth;
+        let inc = rpc.inc.as_mut().unwrap();
+        self.incoming_total += inc.outstanding();
+        if inc.granted < inc.len && inc.grant_key.is_none() {
+            let remaining = inc.len - inc.bytes_received;
+            inc.grant_key = Some(remaining);
+            self.grantable.insert((remaining, birth, key));
+            self.grantable_by_age.insert((birth, key));
+        }
+    }
+
+    fn remove_from_grantable(&mut self, key: RpcKey) {
+        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let birth = rpc.birth;
+        if let Some(inc) = rpc.inc.as_mut() {
+            if let Some(remaining) = inc.grant_key.take() {
+                self.grantable.remove(&(remaining, birth, key));
+                self.grantable_by_age.remove(&(birth, key));
+            }
+        }
+    }
+
+    /// Drops RPC `key`'s incoming message (if any) and returns its pool space.
+    pub(crate) fn remove_incoming(&mut self, key: RpcKey) {
+        self.remove_from_grantable(key);
+        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let birth = rpc.birth;
+        if let Some(inc) = rpc.inc.take() {
+            if inc.waiting_for_pool {
+                self.pool_waiters.remove(&(inc.len, birth, key));
+            }
+            self.incoming_total -= inc.outstanding();
+            if let Some(alloc) = inc.alloc {
+                self.pool.release(alloc);
+            }
+        }
+    }
+
+    /// A message is complete: hand it to the application.
+    fn finish_incoming(&mut self, now: Time, key: RpcKey) {
+        self.remove_from_grantable(key);
+        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let inc = rpc.inc.take().unwrap();
+        self.incoming_total -= inc.outstanding();
+        let message = self.pool.into_message(inc.alloc.unwrap());
+        if rpc.is_client {
+            let (id, peer) = (rpc.id, rpc.peer);
+            self.events.push_back(Event::Response {
+                id: RpcId(id),
+                message,
+            });
+            self.metrics.responses_delivered += 1;
+            self.free_rpc(now, key);
+            if let Some(p) = self.peers.get_mut(&peer) {
+                p.pending_acks.push(id);
+                if p.pending_acks.len() >= MAX_ACKS_PER_PACKET {
+                    let ids = std::mem::take(&mut p.pending_acks);
+                    self.queue_control(Control {
+                        dest: peer,
+                        rpc_id: id,
+                        from_client: true,
+                        body: ControlBody::Ack(ids),
+                    });
+                }
+            }
+        } else {
+            rpc.state = RpcState::ServerInService;
+            self.events.push_back(Event::Request {
+                rpc: ServerRpc {
+                    peer: rpc.peer,
+                    id: rpc.id,
+                },
+                message,
+            });
+            self.metrics.requests_delivered += 1;
+            self.update_grants(now);
+        }
+    }
+
+    /// Fails a client RPC and forgets it.
+    pub(crate) fn fail_client(&mut self, now: Time, key: RpcKey, error: RpcError) {
+        let id = self.rpcs[key as usize].as_ref().unwrap().id;
+        self.events.push_back(Event::Failed {
+            id: RpcId(id),
+            error,
+        });
+        self.metrics.rpcs_failed += 1;
+        self.free_rpc(now, key);
+    }
+
+    /// Issues grants: the `max_overcommit` messages with the fewest remaining
+    /// bytes may each have `grant_window` bytes in flight beyond what has
+    /// arrived, subject to the `max_incoming` cap; the shortest gets the highest
+    /// scheduled priority. When fewer messages than scheduled levels are active
+    /// they use the lowest levels, leaving the higher ones for shorter newcomers.
+    pub(crate) fn update_grants(&mut self, _now: Time) {
+        if self.grantable.is_empty() {
+            return;
+        }
+        let k = self.config.max_overcommit;
+        let mut top = std::mem::take(&mut self.scratch_keys);
+        top.clear();
+        top.extend(self.grantable.iter().take(k).map(|e| e.2));
+        let n = top.len();
+        let s = self.sched_levels as usize;
+        for (rank, &key) in top.iter().enumerate() {
+            let level = (n.min(s) - 1 - rank.min(s - 1)) as u8;
+            let granted = self.grant_one(key, level, false);
+            self.grant_fifo_credit += granted as u64 * self.config.grant_fifo_permille as u64;
+        }
+        let fifo_quantum = 1000 * self.grant_window as u64;
+        if self.config.grant_fifo_permille > 0
+            && self.grant_fifo_credit >= fifo_quantum
+            && self.grantable.len() > k
+        {
+            let oldest = self.grantable_by_age.first().unwrap().1;
+            if !top.contains(&oldest) {
+                self.grant_fifo_credit -= fifo_quantum;
+                self.grant_one(oldest, 0, true);
+            } else {
+                // The oldest is already being served; don't let credit pile up.
+                self.grant_fifo_credit = 0;
+            }
+        }
+        self.scratch_keys = top;
+    }
+
+    /// Raises one message's grant by up to a window; returns the bytes granted.
+    fn grant_one(&mut self, key: RpcKey, priority: u8, fifo: bool) -> u32 {
+        let window = self.grant_window;
+        let dpp = self.data_per_packet;
+        let room = self.max_incoming.saturating_sub(self.incoming_total);
+        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let birth = rpc.birth;
+        let inc = rpc.inc.as_mut().unwrap();
+        let base = if fifo {
+            inc.granted
+        } else {
+            inc.bytes_received
+        };
+        let mut target = (base as u64 + window as u64).min(inc.len as u64) as u32;
+        if target <= inc.granted {
+            return 0;
+        }
+        let mut delta = target - inc.granted;
+        if target < inc.len && delta < dpp {
+            return 0;
+        }
+        if delta as u64 > room {
+            if room < dpp as u64 {
+                return 0;
+            }
+            delta = room as u32;
+            target = inc.granted + delta;
+        }
+        let old = inc.outstanding();
+        inc.granted = target;
+        inc.priority = priority;
+        self.incoming_total = self.incoming_total - old + inc.outstanding();
+        if target >= inc.len {
+            let remaining = inc.grant_key.take().unwrap();
+            self.grantable.remove(&(remaining, birth, key));
+            self.grantable_by_age.remove(&(birth, key));
+        }
+        self.metrics.grants_sent += 1;
+        self.metrics.granted_bytes += delta as u64;
+        self.control_for(
+            key,
+            ControlBody::Grant {
+                offset: target,
+                priority,
+            },
+        );
+        delta
+    }
+
+    /// Gives freed pool space to waiting messages, shortest first, and asks
+    /// their senders to start again from the beginning.
+    pub(crate) fn check_pool_waiters(&mut self, now: Time) {
+        while let Some(&(len, birth, key)) = self.pool_waiters.first() {
+            let Some(alloc) = self.pool.allocate(len as usize) else {
+                break;
+            };
+            self.pool_waiters.remove(&(len, birth, key));
+            let rpc = self.rpcs[key as usize].as_mut().unwrap();
+            rpc.last_heard = now;
+            rpc.last_prod = now;
+            let inc = rpc.inc.as_mut().unwrap();
+            inc.waiting_for_pool = false;
+            inc.alloc = Some(alloc);
+            inc.received.clear();
+            inc.bytes_received = 0;
+            inc.granted = inc.unsched;
+            let (length, priority) = (inc.unsched, inc.priority);
+            self.after_alloc(key);
+            if len == 0 {
+                self.finish_incoming(now, key);
+                continue;
+            }
+            self.control_for(
+                key,
+                ControlBody::Resend {
+                    offset: 0,
+                    length: length.max(1),
+                    priority,
+                },
+            );
+            self.update_grants(now);
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! Per-RPC state: the outgoing and incoming message of each RPC.
+
+use crate::endpoint::Time;
+use crate::pool::Allocation;
+use bytes::Bytes;
+use std::net::SocketAddr;
+
+/// Index of an RPC in the endpoint's slab.
+pub(crate) type RpcKey = u32;
+
+/// Most disjoint received ranges one incoming message may have. Legitimate
+/// traffic has one range plus one per lost packet still missing; the cap keeps a
+/// hostile sender from growing the list without bound.
+pub(crate) const MAX_RANGES: usize = 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RpcState {
+    /// Client: sending the request and/or waiting for the response.
+    ClientActive,
+    /// Server: receiving the request.
+    ServerReceiving,
+    /// Server: request delivered; the application is working on it.
+    ServerInService,
+    /// Server: sending the response (or waiting for the client's ACK once all of
+    /// it has been sent).
+    ServerResponding,
+}
+
+/// A message being sent.
+pub(crate) struct OutMsg {
+    pub data: Bytes,
+    pub len: u32,
+    /// Bytes sent without a grant.
+    pub unsched: u32,
+    /// First byte never transmitted.
+    pub next_offset: u32,
+    /// May transmit up to here.
+    pub granted: u32,
+    /// Priority of scheduled packets, from the latest GRANT.
+    pub sched_priority: u8,
+    /// Priority of unscheduled packets (from the peer's cutoffs).
+    pub unsched_priority: u8,
+    /// A pending retransmission `[start, end)` at a priority.
+    pub retx: Option<(u32, u32, u8)>,
+    /// Remaining bytes under which the message sits in the SRPT sets, if it does.
+    pub queued: Option<u32>,
+    /// A zero-length message still takes one (empty) DATA packet.
+    pub zero_sent: bool,
+}
+
+impl OutMsg {
+    pub fn new(data: Bytes, unsched: u32, unsched_priority: u8) -> OutMsg {
+        let len = data.len() as u32;
+        let unsched = unsched.min(len);
+        OutMsg {
+            data,
+            len,
+            unsched,
+            next_offset: 0,
+            granted: unsched,
+            sched_priority: 0,
+            unsched_priority,
+            retx: None,
+            queued: None,
+            zero_sent: false,
+        }
+    }
+    /// Has bytes it may transmit for the first time.
+    pub fn sendable(&self) -> bool {
+        self.next_offset < self.granted.min(self.len) || (self.len == 0 && !self.zero_sent)
+    }
+    pub fn fully_sent(&self) -> bool {
+        self.next_offset >= self.len && (self.len > 0 || self.zero_sent)
+    }
+    pub fn remaining(&self) -> u32 {
+        self.len - self.next_offset
+    }
+    /// Starts over from byte 0 (the peer lost all state).
+    pub fn restart(&mut self) {
+        self.next_offset = 0;
+        self.granted = self.unsched;
+        self.retx = None;
+        self.zero_sent = false;
+    }
+}
+
+/// A message being received.
+pub(crate) struct InMsg {
+    pub len: u32,
+    pub unsched: u32,
+    pub received: RangeSet,
+    pub bytes_received: u32,
+    /// Bytes the sender may have sent so far (unscheduled plus granted).
+    pub granted: u32,
+    /// Priority we last asked the sender to use.
+    pub priority: u8,
+    /// Pool space; `None` while the message waits for the pool.
+    pub alloc: Option<Allocation>,
+    /// Remaining bytes under which the message sits in the grant sets, if it does.
+    pub grant_key: Option<u32>,
+    /// Member of the pool wait queue.
+    pub waiting_for_pool: bool,
+}
+
+impl InMsg {
+    pub fn new(len: u32, unsched: u32) -> InMsg {
+        InMsg {
+            len,
+            unsched: unsched.min(len),
+            received: RangeSet::default(),
+            bytes_received: 0,
+            granted: unsched.min(len),
+            priority: 0,
+            alloc: None,
+            grant_key: None,
+            waiting_for_pool: false,
+        }
+    }
+    pub fn complete(&self) -> bool {
+        self.bytes_received >= self.len
+    }
+    /// Scheduled bytes granted but not yet received: what counts against the
+    /// receiver's `max_incoming` cap.
+    pub fn outstanding(&self) -> u64 {
+        self.granted
+            .saturating_sub(self.bytes_received.max(self.unsched)) as u64
+    }
+    /// The first missing byte range below `limit`, if any.
+    pub fn first_gap(&self, limit: u32) -> Option<(u32, u32)> {
+        self.received.first_gap(limit)
+    }
+}
+
+pub(crate) struct Rpc {
+    pub is_client: bool,
+    pub id: u64,
+    pub peer: SocketAddr,
+    pub state: RpcState,
+    /// Creation order; ties in the SRPT sets break towards older RPCs.
+    pub birth: u64,
+    pub out: Option<OutMsg>,
+    pub inc: Option<InMsg>,
+    /// Last time any packet for this RPC arrived from the peer.
+    pub last_heard: Time,
+    /// Last time we sent a RESEND, NEED_ACK or keep-alive BUSY for this RPC.
+    pub last_prod: Time,
+}
+
+/// Disjoint, sorted, half-open byte ranges.
+#[derive(Default, Debug, Clone)]
+pub(crate) struct RangeSet {
+    ranges: Vec<(u32, u32)>,
+}
+
+impl RangeSet {
+    /// Adds `[start, end)`; returns how many bytes were new, or `None` if the
+    /// set would exceed [`MAX_RANGES`] (nothing is added then).
+    pub fn insert(&mut self, start: u32, end: u32) -> Option<u32> {
+        if start >= end {
+            return Some(0);
+        }
+        // Fast path: in-order arrival extends the last range.
+        if let Some(last) = self.ranges.last_mut() {
+            if start == last.1 {
+                last.1 = end;
+                return Some(end - start);
+            }
+            if start > last.1 {
+                if self.ranges.len() >= MAX_RANGES {
+                    return None;
+                }
+                self.ranges.push((start, end));
+                return Some(end - start);
+            }
+        } else {
+            self.ranges.push((start, end));
+            return Some(end - start);
+        }
+        // General case: merge every range touching [start, end).
+        let first = self.ranges.partition_point(|r| r.1 < start);
+        let last = self.ranges.partition_point(|r| r.0 <= end);
+        if first == last {
+            if self.ranges.len() >= MAX_RANGES {
+                return None;
+            }
+            self.ranges.insert(first, (start, end));
+            return Some(end - start);
+        }
+        let covered: u32 = self.ranges[first..last]
+            .iter()
+            .map(|r| r.1.min(end).saturating_sub(r.0.max(start)))
+            .sum();
+        let merged = (
+            start.min(self.ranges[first].0),
+            end.max(self.ranges[last - 1].1),
+        );
+        self.ranges.splice(first..last, std::iter::once(merged));
+        Some((end - start) - covered)
+    }
+    pub fn first_gap(&self, limit: u32) -> Option<(u32, u32)> {
+        let mut pos = 0;
+        for &(s, e) in &self.ranges {
+            if s > pos {
+                return if pos < limit {
+                    Some((pos, s.min(limit)))
+                } else {
+                    None
+                };
+            }
+            pos = e;
+        }
+        (pos < limit).then_some((pos, limit))
+    }
+    pub fn clear(&mut self) {
+        self.ranges.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_set_merges_and_counts_new_bytes() {
+        let mut r = RangeSet::default();
+        assert_eq!(r.insert(0, 10), Some(10));
+        assert_eq!(r.insert(20, 30), Some(10));
+        assert_eq!(r.first_gap(100), Some((10, 20)));
+        assert_eq!(r.insert(5, 25), Some(10));
+        assert_eq!(r.first_gap(100), Some((30, 100)));
+        assert_eq!(r.first_gap(30), None);
+        assert_eq!(r.insert(0, 30), Some(0));
+        assert_eq!(r.insert(40, 50), Some(10));
+        assert_eq!(r.insert(35, 36), Some(1));
+        assert_eq!(r.insert(30, 60), Some(30 - 11));
+        assert_eq!(r.first_gap(60), None);
+    }
+
+    #[test]
+    fn range_set_caps_fragments() {
+        let mut r = RangeSet::default();
+        for i in 0..MAX_RANGES as u32 {
+            assert!(r.insert(i * 2, i * 2 + 1).is_some());
+        }
+        assert_eq!(
+            r.insert(MAX_RANGES as u32 * 4, MAX_RANGES as u32 * 4 + 1),
+            None
+        );
+        // Filling a gap still works (it merges).
+        assert_eq!(r.insert(1, 2), Some(1));
+    }
+
+    #[test]
+    fn range_set_out_of_order_insert() {
+        let mut r = RangeSet::default();
+        r.insert(50, 60);
+        r.insert(10, 20);
+        r.insert(30, 40);
+        assert_eq!(r.first_gap(100), Some((0, 10)));
+        assert_eq!(r.insert(0, 100), Some(100 - 30));
+        assert_eq!(r.first_gap(100), None);
+    }
+}

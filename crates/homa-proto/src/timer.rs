@@ -1,0 +1,134 @@
+//! The periodic timer: loss detection by silence (RESEND), keep-alives (BUSY),
+//! NEED_ACK, RPC timeouts, and garbage collection of peers and tombstones.
+
+use crate::endpoint::{ControlBody, Endpoint, Time};
+use crate::rpc::{InMsg, RpcKey, RpcState};
+
+/// What the timer does for one RPC.
+enum Prod {
+    Nothing,
+    /// Ask the peer for `[offset, offset+length)` again.
+    Resend(u32, u32, u8),
+    /// Ask the client to acknowledge the response.
+    NeedAck,
+    /// Nothing expected from the peer, but it is waiting for us: tell it we are
+    /// alive so that it does not time out.
+    KeepAlive,
+}
+
+/// What an incoming message needs: a RESEND for its first gap below the granted
+/// offset (we are waiting on the peer), or a keep-alive (the peer waits on us).
+fn incoming_prod(inc: &InMsg) -> (bool, Prod) {
+    if inc.waiting_for_pool {
+        return (false, Prod::KeepAlive);
+    }
+    match inc.first_gap(inc.granted) {
+        Some((s, e)) => (true, Prod::Resend(s, e - s, inc.priority)),
+        None => (false, Prod::KeepAlive),
+    }
+}
+
+impl Endpoint {
+    /// Runs timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Time) {
+        if now < self.next_tick {
+            return;
+        }
+        self.next_tick = Time::MAX;
+        self.expire_tombstones(now);
+        self.check_pool_waiters(now);
+        for key in 0..self.rpcs.len() as RpcKey {
+            if self.rpcs[key as usize].is_some() {
+                self.rpc_timer(now, key);
+            }
+        }
+        let idle = self.config.peer_idle_ns;
+        self.peers
+            .retain(|_, p| p.rpcs > 0 || now.saturating_sub(p.last_active) < idle);
+        self.next_tick = if !self.client_ids.is_empty() || !self.server_ids.is_empty() {
+            now + self.tick_ns
+        } else {
+            let peer_expiry = self.peers.values().map(|p| p.last_active + idle).min();
+            let tomb_expiry = self.tombstone_queue.front().map(|t| t.0);
+            match (peer_expiry, tomb_expiry) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) | (None, Some(a)) => a,
+                (None, None) => Time::MAX,
+            }
+            .max(now + 1)
+        };
+    }
+
+    fn rpc_timer(&mut self, now: Time, key: RpcKey) {
+        let resend = self.config.resend_interval_ns;
+        let unsched = self.unsched_bytes;
+        let top = self.top_priority;
+        let rpc = self.rpcs[key as usize].as_ref().unwrap();
+        let silent = now.saturating_sub(rpc.last_heard);
+        let since_prod = now.saturating_sub(rpc.last_prod);
+        // `waiting`: we expect something from the peer, so its silence counts.
+        let (waiting, prod) = match (rpc.state, &rpc.inc, &rpc.out) {
+            (RpcState::ClientActive, Some(inc), _) | (RpcState::ServerReceiving, Some(inc), _) => {
+                incoming_prod(inc)
+            }
+            (RpcState::ClientActive, None, Some(out)) => {
+                if out.sendable() {
+                    (false, Prod::Nothing)
+                } else {
+                    // Request sent as far as allowed; the response (or a grant)
+                    // is overdue. The server resends what it has, answers BUSY,
+                    // or says it never heard of us.
+                    (true, Prod::Resend(0, unsched, top))
+                }
+            }
+            (RpcState::ServerResponding, _, Some(out)) => {
+                if out.fully_sent() {
+                    (true, Prod::NeedAck)
+                } else if out.sendable() {
+                    (false, Prod::Nothing)
+                } else {
+                    // Waiting for grants; the client drives recovery.
+                    (true, Prod::Nothing)
+                }
+            }
+            _ => (false, Prod::Nothing),
+        };
+        if waiting && silent >= self.config.rpc_timeout_ns {
+            self.metrics.timeouts += 1;
+            if rpc.is_client {
+                self.fail_client(now, key, crate::RpcError::Timeout);
+            } else {
+                self.free_rpc(now, key);
+            }
+            return;
+        }
+        let body = match prod {
+            Prod::Nothing => return,
+            Prod::Resend(offset, length, priority) => {
+                if silent < resend || since_prod < resend {
+                    return;
+                }
+                self.metrics.resends_sent += 1;
+                ControlBody::Resend {
+                    offset,
+                    length,
+                    priority,
+                }
+            }
+            Prod::NeedAck => {
+                if silent < resend || since_prod < resend {
+                    return;
+                }
+                ControlBody::NeedAck
+            }
+            Prod::KeepAlive => {
+                if since_prod < self.keepalive_ns {
+                    return;
+                }
+                ControlBody::Busy
+            }
+        };
+        self.rpc(key).last_prod = now;
+        self.control_for(key, body);
+    }
+}

@@ -4,4 +4,5 @@
 pub mod plot;
 pub mod priorities;
 pub mod stats;
+pub mod topology;
 pub mod workload;

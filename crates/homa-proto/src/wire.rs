@@ -979,7 +979,7 @@ mod tests {
             };
             for extra in [1usize, 7, 8, 100] {
                 let mut bytes = valid(&body);
-                bytes.extend(std::iter::repeat(0xaa).take(extra));
+                bytes.extend_from_slice(&vec![0xaa; extra]);
                 let got = decode(&bytes);
                 let t = body_type(&body);
                 match t {
@@ -1176,7 +1176,7 @@ mod tests {
         let full = valid(&Body::Ack(&ids));
         for extra in 1..8 {
             let mut b = full[..full.len() - 8].to_vec();
-            b.extend(std::iter::repeat(0).take(extra));
+            b.extend_from_slice(&vec![0; extra]);
             assert_eq!(decode(&b), Err(DecodeError::BadAckList(31 * 8 + extra)));
         }
         let mut too_long = full.clone();

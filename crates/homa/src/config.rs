@@ -1,0 +1,173 @@
+//! Runtime configuration: the engine's [`homa_proto::Config`] plus the knobs
+//! that only exist on real sockets (polling, DSCP, offloads, buffers).
+
+use crate::socket::FaultInjector;
+use std::time::Duration;
+
+/// Bytes of IPv4 + UDP headers.
+const V4_OVERHEAD: usize = 28;
+/// Bytes of IPv6 + UDP headers.
+const V6_OVERHEAD: usize = 48;
+
+/// Everything needed to open an endpoint. Build it with struct-update syntax:
+///
+/// ```
+/// let cfg = homa::EndpointConfig {
+///     poll: std::time::Duration::from_micros(20),
+///     ..homa::EndpointConfig::default()
+/// };
+/// assert_eq!(cfg.mtu, Some(1500));
+/// ```
+#[derive(Clone, Debug)]
+pub struct EndpointConfig {
+    /// The protocol engine's parameters (link rate, windows, timeouts, pool
+    /// size...). `max_packet_size` is overridden when [`Self::mtu`] is set and
+    /// `rpc_id_seed` when [`Self::rpc_id_seed`] is `None`.
+    pub engine: homa_proto::Config,
+    /// IP MTU of the path. The engine's packet size becomes the largest UDP
+    /// payload that fits it (1472 bytes for IPv4 at 1500, 1452 for IPv6), so
+    /// no packet on the wire exceeds it even when GSO batches them. `None`
+    /// keeps `engine.max_packet_size` as given.
+    pub mtu: Option<usize>,
+    /// How long a waiting thread busy-polls the socket before it sleeps (the
+    /// Linux module's `poll_usecs`). Zero sleeps at once.
+    pub poll: Duration,
+    /// DSCP value (0..=63) written into packets of each engine priority level
+    /// (index 7 is the highest level). The default uses the class selectors
+    /// CS0..CS7, which a `prio` qdisc or a switch can map to queues.
+    pub dscp: [u8; 8],
+    /// Use UDP GSO for runs of packets to one peer when the kernel supports it.
+    pub gso: bool,
+    /// Accept UDP GRO super-datagrams when the kernel supports it.
+    pub gro: bool,
+    /// SO_SNDBUF / SO_RCVBUF size requested for the socket.
+    pub socket_buffer_bytes: usize,
+    /// Datagrams received per `recvmmsg` call.
+    pub recv_batch: usize,
+    /// Packets collected from the engine before one `sendmmsg`.
+    pub send_batch: usize,
+    /// Seed of the first RPC id; `None` picks one from the clock and process
+    /// id so that a restarted endpoint does not reuse ids.
+    pub rpc_id_seed: Option<u64>,
+    /// Fail client RPCs at once when ICMP says their peer is unreachable
+    /// (otherwise they wait for the engine's timeout).
+    pub fail_on_unreachable: bool,
+    /// Randomly lose packets at the socket layer (tests of loss recovery).
+    pub fault: Option<FaultInjector>,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            engine: homa_proto::Config::default(),
+            mtu: Some(1500),
+            poll: Duration::from_micros(50),
+            dscp: [0, 8, 16, 24, 32, 40, 48, 56],
+            gso: true,
+            gro: true,
+            socket_buffer_bytes: 4 << 20,
+            recv_batch: 32,
+            send_batch: 128,
+            rpc_id_seed: None,
+            fail_on_unreachable: true,
+            fault: None,
+        }
+    }
+}
+
+impl EndpointConfig {
+    /// The engine configuration actually used for an endpoint of this family.
+    pub(crate) fn engine_config(&self, ipv6: bool) -> homa_proto::Config {
+        let mut c = self.engine.clone();
+        if let Some(mtu) = self.mtu {
+            let overhead = if ipv6 { V6_OVERHEAD } else { V4_OVERHEAD };
+            c.max_packet_size = mtu.saturating_sub(overhead);
+        }
+        c.rpc_id_seed = self.rpc_id_seed.unwrap_or_else(fresh_seed);
+        c
+    }
+    /// The TOS / traffic-class byte for a priority level.
+    pub(crate) fn tos(&self, priority: u8) -> u8 {
+        (self.dscp[(priority as usize).min(7)] & 0x3f) << 2
+    }
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.dscp.iter().any(|d| *d > 63) {
+            return Err("DSCP values must be 0..=63".into());
+        }
+        if self.recv_batch == 0 || self.send_batch == 0 {
+            return Err("batch sizes must be positive".into());
+        }
+        if let Some(f) = &self.fault {
+            if !(0.0..=1.0).contains(&f.rx_loss) || !(0.0..=1.0).contains(&f.tx_loss) {
+                return Err("loss probabilities must be in 0..=1".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A seed that differs between incarnations: the wall clock mixed with the
+/// process id and a per-process counter (splitmix64 to spread the bits).
+fn fresh_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut z =
+        t ^ ((std::process::id() as u64) << 32) ^ COUNTER.fetch_add(0x9E37_79B9, Ordering::Relaxed);
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) | 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mtu_sets_packet_size_per_family() {
+        let c = EndpointConfig::default();
+        assert_eq!(c.engine_config(false).max_packet_size, 1472);
+        assert_eq!(c.engine_config(true).max_packet_size, 1452);
+        let keep = EndpointConfig {
+            mtu: None,
+            engine: homa_proto::Config {
+                max_packet_size: 9000,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(keep.engine_config(true).max_packet_size, 9000);
+    }
+
+    #[test]
+    fn seeds_differ_unless_pinned() {
+        let c = EndpointConfig::default();
+        assert_ne!(
+            c.engine_config(false).rpc_id_seed,
+            c.engine_config(false).rpc_id_seed
+        );
+        let pinned = EndpointConfig {
+            rpc_id_seed: Some(77),
+            ..Default::default()
+        };
+        assert_eq!(pinned.engine_config(false).rpc_id_seed, 77);
+    }
+
+    #[test]
+    fn dscp_map_becomes_tos_byte() {
+        let c = EndpointConfig::default();
+        assert_eq!(c.tos(0), 0);
+        assert_eq!(c.tos(7), 56 << 2);
+        assert_eq!(c.tos(200), 56 << 2);
+        let bad = EndpointConfig {
+            dscp: [64; 8],
+            ..Default::default()
+        };
+        assert!(bad.validate().is_err());
+        assert!(EndpointConfig::default().validate().is_ok());
+    }
+}

@@ -1,0 +1,1076 @@
+//! The endpoint: the engine behind a mutex, driven by whichever thread needs
+//! progress, plus one background thread for the moments when nobody does.
+//!
+//! Fast path (see docs/runtime.md): a thread waiting for a result busy-polls;
+//! each round it tries the engine lock and, if it gets it, receives from the
+//! socket, runs the engine and transmits, then checks its own result. A reply
+//! found this way costs no thread handoff. After `poll` without a result the
+//! thread sleeps and the background thread watches the socket for it (one
+//! handoff). The background thread also runs the engine's timers.
+
+use crate::config::EndpointConfig;
+use crate::error::{Error, Result};
+use crate::message::Message;
+use crate::socket::{
+    Faults, FlushOutcome, RecvOutcome, RxBatch, SocketOptions, SocketStats, TxQueue, UdpSocket,
+};
+use crate::sys::{ppoll, set_timer_slack_ns, EventFd};
+use crate::wait::{Slot, WaitQueue, Waiter};
+use bytes::Bytes;
+use homa_proto::{EndpointStats, Event, Metrics, RpcId, ServerRpc};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Receive rounds per drive: bounds how long one thread holds the engine.
+const MAX_RX_ROUNDS: usize = 8;
+/// While application threads are polling, the background thread still wakes
+/// this often if a timer is pending (they run timers too, this is a backstop).
+const BG_BACKSTOP_NS: u64 = 1_000_000;
+
+type RpcResult = Result<homa_proto::Message>;
+
+/// Where a client RPC's outcome goes.
+enum Target {
+    /// A private RPC: its own slot, awaited through its [`PendingRpc`].
+    Private(Arc<Slot<RpcResult>>),
+    /// A shared RPC: the endpoint's response queue ([`Endpoint::recv_response`]).
+    Shared,
+}
+
+struct ClientRpc {
+    peer: SocketAddr,
+    target: Target,
+}
+
+/// Everything touched under the engine lock.
+struct Driver {
+    engine: homa_proto::Endpoint,
+    rx: RxBatch,
+    tx: TxQueue,
+    rpcs: HashMap<RpcId, ClientRpc>,
+    faults: Option<Faults>,
+    stats: SocketStats,
+    errors: Vec<(SocketAddr, i32)>,
+    /// Waiters to wake once the lock is released.
+    wakes: Vec<Waiter>,
+    last_now: u64,
+}
+
+/// State shared by the endpoint's handles, its RPC handles and its
+/// background thread.
+pub(crate) struct Shared {
+    sock: UdpSocket,
+    cfg: EndpointConfig,
+    max_message: usize,
+    unsched_bytes: usize,
+    link_bps: u64,
+    base: Instant,
+    poll_ns: u64,
+    driver: Mutex<Driver>,
+    doorbell: EventFd,
+    /// Threads in the polling phase of a wait (they drive the engine).
+    pollers: AtomicUsize,
+    /// Threads and tasks sleeping until a result arrives.
+    blocked: AtomicUsize,
+    /// The background thread currently has the socket in its poll set.
+    bg_watching: AtomicBool,
+    /// When the background thread will wake on its own (u64::MAX: never,
+    /// 0: it is awake).
+    bg_sleep_until: AtomicU64,
+    /// The engine's next timer as of the last drive (u64::MAX: none).
+    next_deadline: AtomicU64,
+    /// Client RPCs in progress.
+    inflight: AtomicUsize,
+    /// Packets the socket could not take yet.
+    tx_pending: AtomicBool,
+    /// Until this time the socket needs watching even with no waiter (a long
+    /// response is being sent and its grants must be heard).
+    attention_until: AtomicU64,
+    shut: AtomicBool,
+    pub(crate) requests: WaitQueue<(ServerRpc, homa_proto::Message)>,
+    pub(crate) responses: WaitQueue<Response>,
+}
+
+/// An open Homa endpoint: one UDP socket and its protocol state. Cheap to
+/// clone; all clones share the endpoint, which shuts down when the last one
+/// is dropped (or at [`Endpoint::shutdown`]).
+#[derive(Clone)]
+pub struct Endpoint {
+    handle: Arc<Handle>,
+}
+
+struct Handle {
+    shared: Arc<Shared>,
+    bg: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.shutdown();
+        if let Some(h) = self.bg.lock().take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// A private RPC in progress: its response can only be collected here.
+/// Dropping it without waiting abandons the RPC.
+pub struct PendingRpc {
+    shared: Arc<Shared>,
+    id: RpcId,
+    slot: Arc<Slot<RpcResult>>,
+    finished: bool,
+}
+
+/// A request received by a server. Answer it with [`Request::reply`] from any
+/// thread; dropping it without a reply leaves the client to time out.
+pub struct Request {
+    shared: Arc<Shared>,
+    rpc: ServerRpc,
+    message: Message,
+}
+
+/// The right to answer one request, separated from its message by
+/// [`Request::into_parts`].
+pub struct Responder {
+    shared: Arc<Shared>,
+    rpc: ServerRpc,
+}
+
+/// The outcome of a shared RPC (see [`Endpoint::send_request_shared`]).
+#[derive(Debug)]
+pub struct Response {
+    pub id: RpcId,
+    pub peer: SocketAddr,
+    pub result: Result<Message>,
+}
+
+impl Endpoint {
+    /// Opens an endpoint on `addr` with the default configuration. Port 0
+    /// picks a free port; `[::]` serves IPv4 and IPv6.
+    pub fn bind(addr: impl ToSocketAddrs) -> Result<Endpoint> {
+        Self::bind_with(addr, EndpointConfig::default())
+    }
+
+    /// Opens an endpoint on `addr` with `cfg`.
+    pub fn bind_with(addr: impl ToSocketAddrs, cfg: EndpointConfig) -> Result<Endpoint> {
+        let addr = addr
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("no address to bind".into()))?;
+        cfg.validate().map_err(Error::InvalidArgument)?;
+        let engine_cfg = cfg.engine_config(addr.is_ipv6());
+        let sock = UdpSocket::bind(
+            addr,
+            &SocketOptions {
+                gso: cfg.gso,
+                gro: cfg.gro,
+                buffer_bytes: cfg.socket_buffer_bytes,
+            },
+        )?;
+        let base = Instant::now();
+        let engine = homa_proto::Endpoint::new(engine_cfg.clone(), 0)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let driver = Driver {
+            engine,
+            rx: RxBatch::new(cfg.recv_batch),
+            tx: TxQueue::new(cfg.send_batch, engine_cfg.max_packet_size),
+            rpcs: HashMap::new(),
+            faults: cfg.fault.as_ref().map(Faults::new),
+            stats: SocketStats::default(),
+            errors: Vec::new(),
+            wakes: Vec::new(),
+            last_now: 0,
+        };
+        let shared = Arc::new(Shared {
+            sock,
+            max_message: engine_cfg.max_message_length as usize,
+            unsched_bytes: engine_cfg.effective_unsched_bytes() as usize,
+            link_bps: engine_cfg.link_bps,
+            poll_ns: cfg.poll.as_nanos().min(u64::MAX as u128) as u64,
+            cfg,
+            base,
+            driver: Mutex::new(driver),
+            doorbell: EventFd::new()?,
+            pollers: AtomicUsize::new(0),
+            blocked: AtomicUsize::new(0),
+            bg_watching: AtomicBool::new(false),
+            bg_sleep_until: AtomicU64::new(0),
+            next_deadline: AtomicU64::new(u64::MAX),
+            inflight: AtomicUsize::new(0),
+            tx_pending: AtomicBool::new(false),
+            attention_until: AtomicU64::new(0),
+            shut: AtomicBool::new(false),
+            requests: WaitQueue::new(),
+            responses: WaitQueue::new(),
+        });
+        let bg_shared = shared.clone();
+        let bg = std::thread::Builder::new()
+            .name(format!("homa-bg-{}", shared.sock.local_addr().port()))
+            .spawn(move || bg_shared.background())?;
+        Ok(Endpoint {
+            handle: Arc::new(Handle {
+                shared,
+                bg: Mutex::new(Some(bg)),
+            }),
+        })
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.handle.shared
+    }
+
+    #[cfg(feature = "tokio")]
+    pub(crate) fn shared_arc(&self) -> Arc<Shared> {
+        self.handle.shared.clone()
+    }
+
+    /// The address the socket is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared().sock.local_addr()
+    }
+
+    /// The configuration the endpoint was opened with.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.shared().cfg
+    }
+
+    /// Whether UDP GSO / GRO are in use on this socket.
+    pub fn offloads(&self) -> (bool, bool) {
+        (self.shared().sock.gso(), self.shared().sock.gro())
+    }
+
+    /// Sends `request` to `peer` and waits for the response.
+    ///
+    /// ```no_run
+    /// let ep = homa::Endpoint::bind("127.0.0.1:0")?;
+    /// let reply = ep.call("127.0.0.1:4000".parse().unwrap(), &b"ping"[..])?;
+    /// println!("{} bytes back", reply.len());
+    /// # Ok::<(), homa::Error>(())
+    /// ```
+    pub fn call(&self, peer: SocketAddr, request: impl Into<Bytes>) -> Result<Message> {
+        self.send_request(peer, request)?.wait()
+    }
+
+    /// Like [`Self::call`], giving up (and abandoning the RPC) after `timeout`.
+    pub fn call_timeout(
+        &self,
+        peer: SocketAddr,
+        request: impl Into<Bytes>,
+        timeout: Duration,
+    ) -> Result<Message> {
+        self.send_request(peer, request)?.wait_timeout(timeout)
+    }
+
+    /// Starts a private RPC and returns at once; collect the response later
+    /// with [`PendingRpc::wait`]. This is the Linux module's private RPC: only
+    /// the holder of its id can receive the response.
+    pub fn send_request(&self, peer: SocketAddr, request: impl Into<Bytes>) -> Result<PendingRpc> {
+        let slot = Arc::new(Slot::new());
+        let id = self
+            .shared()
+            .start(peer, request.into(), Target::Private(slot.clone()))?;
+        Ok(PendingRpc {
+            shared: self.shared().clone(),
+            id,
+            slot,
+            finished: false,
+        })
+    }
+
+    /// Starts an RPC whose outcome goes to the endpoint's response queue,
+    /// where any thread can collect it with [`Self::recv_response`] (the Linux
+    /// module's non-private RPC). Useful to keep many RPCs in flight from one
+    /// thread.
+    pub fn send_request_shared(
+        &self,
+        peer: SocketAddr,
+        request: impl Into<Bytes>,
+    ) -> Result<RpcId> {
+        self.shared().start(peer, request.into(), Target::Shared)
+    }
+
+    /// Waits for the next outcome of a shared RPC.
+    pub fn recv_response(&self) -> Result<Response> {
+        self.shared()
+            .wait_queue(&self.shared().responses, None)?
+            .ok_or(Error::Shutdown)
+    }
+
+    /// Like [`Self::recv_response`], returning `Ok(None)` after `timeout`.
+    pub fn recv_response_timeout(&self, timeout: Duration) -> Result<Option<Response>> {
+        let deadline = self.shared().now_ns() + dur_ns(timeout);
+        self.shared()
+            .wait_queue(&self.shared().responses, Some(deadline))
+    }
+
+    /// Abandons a shared RPC; no response will be delivered for it.
+    pub fn cancel(&self, id: RpcId) {
+        self.shared().cancel(id);
+    }
+
+    /// Waits for the next incoming request.
+    pub fn recv_request(&self) -> Result<Request> {
+        self.shared()
+            .wait_queue(&self.shared().requests, None)?
+            .map(|r| self.shared().request(r))
+            .ok_or(Error::Shutdown)
+    }
+
+    /// Like [`Self::recv_request`], returning `Ok(None)` after `timeout`.
+    pub fn recv_request_timeout(&self, timeout: Duration) -> Result<Option<Request>> {
+        let deadline = self.shared().now_ns() + dur_ns(timeout);
+        Ok(self
+            .shared()
+            .wait_queue(&self.shared().requests, Some(deadline))?
+            .map(|r| self.shared().request(r)))
+    }
+
+    /// Returns a request if one is waiting (after one non-blocking pass over
+    /// the socket), without sleeping.
+    pub fn try_recv_request(&self) -> Result<Option<Request>> {
+        self.recv_request_timeout(Duration::ZERO)
+    }
+
+    /// Fails every pending RPC with [`Error::Shutdown`], wakes every waiter and
+    /// refuses new work. Idempotent; also happens when the last clone of the
+    /// endpoint is dropped.
+    pub fn shutdown(&self) {
+        self.shared().shutdown();
+    }
+
+    /// Whether the endpoint has been shut down.
+    pub fn is_shut_down(&self) -> bool {
+        self.shared().shut.load(Acquire)
+    }
+
+    /// The engine's counters (packets by type, drops by reason...).
+    pub fn metrics(&self) -> Metrics {
+        self.shared().driver.lock().engine.metrics().clone()
+    }
+
+    /// The engine's table sizes.
+    pub fn engine_stats(&self) -> EndpointStats {
+        self.shared().driver.lock().engine.stats()
+    }
+
+    /// The socket layer's counters (syscalls, GSO/GRO use, errors).
+    pub fn socket_stats(&self) -> SocketStats {
+        self.shared().driver.lock().stats.clone()
+    }
+
+    /// Requests received but not yet taken by [`Self::recv_request`].
+    pub fn queued_requests(&self) -> usize {
+        self.shared().requests.len()
+    }
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("local_addr", &self.local_addr())
+            .field("shut_down", &self.is_shut_down())
+            .finish()
+    }
+}
+
+fn dur_ns(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128 / 2) as u64
+}
+
+impl PendingRpc {
+    /// The RPC's id.
+    pub fn id(&self) -> RpcId {
+        self.id
+    }
+
+    /// Waits for the response.
+    pub fn wait(mut self) -> Result<Message> {
+        let r = self.shared.wait_slot(&self.slot, None);
+        self.finish(r)
+    }
+
+    /// Waits at most `timeout`; on expiry abandons the RPC and returns
+    /// [`Error::Timeout`].
+    pub fn wait_timeout(mut self, timeout: Duration) -> Result<Message> {
+        let deadline = self.shared.now_ns() + dur_ns(timeout);
+        let r = self.shared.wait_slot(&self.slot, Some(deadline));
+        self.finish(r)
+    }
+
+    /// The response if it has arrived (after one non-blocking pass over the
+    /// socket); `None` otherwise, and the RPC stays pending.
+    pub fn try_wait(&mut self) -> Option<Result<Message>> {
+        if self.finished {
+            return Some(Err(Error::InvalidArgument("response already taken".into())));
+        }
+        if !self.slot.is_done() {
+            self.shared.drive_once();
+        }
+        let r = self.slot.take()?;
+        self.finished = true;
+        Some(r.map(Message::new))
+    }
+
+    /// Whether the outcome is known (a `wait` would not block).
+    pub fn is_done(&self) -> bool {
+        self.slot.is_done()
+    }
+
+    fn finish(&mut self, r: Option<RpcResult>) -> Result<Message> {
+        match r {
+            Some(r) => {
+                self.finished = true;
+                r.map(Message::new)
+            }
+            // Timed out or shut down: Drop abandons the RPC.
+            None if self.shared.shut.load(Acquire) => Err(Error::Shutdown),
+            None => Err(Error::Timeout),
+        }
+    }
+
+    #[cfg(feature = "tokio")]
+    pub(crate) fn parts(&self) -> (&Arc<Shared>, &Arc<Slot<RpcResult>>) {
+        (&self.shared, &self.slot)
+    }
+    #[cfg(feature = "tokio")]
+    pub(crate) fn set_finished(&mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for PendingRpc {
+    fn drop(&mut self) {
+        if !self.finished && !self.slot.is_done() {
+            self.shared.cancel(self.id);
+        }
+    }
+}
+
+impl fmt::Debug for PendingRpc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingRpc")
+            .field("id", &self.id)
+            .field("done", &self.is_done())
+            .finish()
+    }
+}
+
+impl Request {
+    /// The client's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.rpc.peer
+    }
+    /// The client's id for this RPC (unique per client endpoint).
+    pub fn id(&self) -> u64 {
+        self.rpc.id
+    }
+    /// The request's bytes.
+    pub fn message(&self) -> &Message {
+        &self.message
+    }
+    /// Sends the response. The request's message is released first.
+    pub fn reply(self, response: impl Into<Bytes>) -> Result<()> {
+        let (_, r) = self.into_parts();
+        r.reply(response)
+    }
+    /// Splits the request so that the message can be kept (or released)
+    /// independently of answering it.
+    pub fn into_parts(self) -> (Message, Responder) {
+        (
+            self.message,
+            Responder {
+                shared: self.shared,
+                rpc: self.rpc,
+            },
+        )
+    }
+}
+
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("peer", &self.rpc.peer)
+            .field("id", &self.rpc.id)
+            .field("len", &self.message.len())
+            .finish()
+    }
+}
+
+impl Responder {
+    /// The client's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.rpc.peer
+    }
+    /// Sends the response.
+    pub fn reply(self, response: impl Into<Bytes>) -> Result<()> {
+        self.shared.reply(self.rpc, response.into())
+    }
+}
+
+impl Shared {
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64
+    }
+
+    pub(crate) fn request(
+        self: &Arc<Self>,
+        (rpc, message): (ServerRpc, homa_proto::Message),
+    ) -> Request {
+        Request {
+            shared: self.clone(),
+            rpc,
+            message: Message::new(message),
+        }
+    }
+
+    fn check_peer(&self, peer: &SocketAddr) -> Result<()> {
+        if peer.port() == 0 || peer.ip().is_unspecified() || peer.ip().is_multicast() {
+            return Err(Error::InvalidArgument(format!(
+                "{peer} is not a unicast peer address"
+            )));
+        }
+        if !self.sock.can_reach(peer) {
+            return Err(Error::InvalidArgument(format!(
+                "{peer} is not reachable from a socket bound to {}",
+                self.sock.local_addr()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` under the engine lock, then lets the engine transmit (and,
+    /// with `recv`, receive first), then wakes whoever got a result.
+    fn with_driver<R>(&self, recv: bool, f: impl FnOnce(&mut Driver, u64) -> R) -> R {
+        let mut d = self.driver.lock();
+        let now = self.clock(&mut d);
+        let r = f(&mut d, now);
+        self.drive(&mut d, now, recv);
+        let wakes = std::mem::take(&mut d.wakes);
+        drop(d);
+        for w in wakes {
+            w.wake();
+        }
+        r
+    }
+
+    /// Monotonic engine time, never behind what the engine has seen.
+    fn clock(&self, d: &mut Driver) -> u64 {
+        let now = self.now_ns().max(d.last_now);
+        d.last_now = now;
+        now
+    }
+
+    /// One non-blocking pass if nobody else is driving right now.
+    pub(crate) fn drive_once(&self) -> bool {
+        let Some(mut d) = self.driver.try_lock() else {
+            return false;
+        };
+        let now = self.clock(&mut d);
+        self.drive(&mut d, now, true);
+        let wakes = std::mem::take(&mut d.wakes);
+        drop(d);
+        for w in wakes {
+            w.wake();
+        }
+        true
+    }
+
+    fn start(&self, peer: SocketAddr, request: Bytes, target: Target) -> Result<RpcId> {
+        if self.shut.load(Acquire) {
+            return Err(Error::Shutdown);
+        }
+        self.check_peer(&peer)?;
+        if request.len() > self.max_message {
+            return Err(Error::MessageTooLong {
+                len: request.len(),
+                max: self.max_message,
+            });
+        }
+        let len = request.len();
+        let id = self.with_driver(false, |d, now| {
+            let id = d
+                .engine
+                .send_request(now, peer, request)
+                .map_err(Error::from_send)?;
+            d.rpcs.insert(id, ClientRpc { peer, target });
+            Ok::<_, Error>(id)
+        })?;
+        if len > self.unsched_bytes {
+            self.need_attention(len);
+        }
+        Ok(id)
+    }
+
+    fn reply(&self, rpc: ServerRpc, response: Bytes) -> Result<()> {
+        if self.shut.load(Acquire) {
+            return Err(Error::Shutdown);
+        }
+        if response.len() > self.max_message {
+            return Err(Error::MessageTooLong {
+                len: response.len(),
+                max: self.max_message,
+            });
+        }
+        let len = response.len();
+        self.with_driver(false, |d, now| d.engine.send_response(now, rpc, response))
+            .map_err(Error::from_send)?;
+        if len > self.unsched_bytes {
+            self.need_attention(len);
+        }
+        Ok(())
+    }
+
+    /// A long message is going out: its grants must be heard even if no
+    /// thread waits on this endpoint, so keep the background thread watching
+    /// for a while (several times its wire time, at least a few ms).
+    fn need_attention(&self, len: usize) {
+        let wire = (len as u128 * 8_000_000_000 / self.link_bps.max(1) as u128) as u64;
+        let until = self.now_ns() + 4 * wire + 5_000_000;
+        self.attention_until.fetch_max(until, SeqCst);
+        if self.pollers.load(SeqCst) == 0 && !self.bg_watching.load(SeqCst) {
+            self.doorbell.ring();
+        }
+    }
+
+    fn cancel(&self, id: RpcId) {
+        self.with_driver(false, |d, _| {
+            if d.rpcs.remove(&id).is_some() {
+                d.engine.cancel(id);
+            }
+        });
+    }
+
+    /// Receive, timers, events, transmit: one round of progress.
+    fn drive(&self, d: &mut Driver, now: u64, recv: bool) {
+        if recv {
+            self.receive(d, now);
+        }
+        if d.engine.poll_timeout().is_some_and(|t| t <= now) {
+            d.engine.handle_timeout(now);
+        }
+        self.dispatch_events(d);
+        self.transmit(d, now);
+        // Sending may have failed fast (unreachable): deliver those too.
+        if !d.errors.is_empty() {
+            self.handle_errors(d);
+        }
+        self.publish(d);
+    }
+
+    fn receive(&self, d: &mut Driver, now: u64) {
+        let Driver {
+            engine,
+            rx,
+            stats,
+            faults,
+            errors,
+            ..
+        } = d;
+        let batch = self.cfg.recv_batch;
+        for _ in 0..MAX_RX_ROUNDS {
+            let out = rx.recv(&self.sock, stats, |src, pkt| {
+                if let Some(f) = faults.as_mut() {
+                    if f.drop_rx() {
+                        return;
+                    }
+                }
+                engine.handle_datagram(now, src, pkt);
+            });
+            match out {
+                RecvOutcome::Received(n) if n >= batch => continue,
+                RecvOutcome::Received(_) | RecvOutcome::Empty => break,
+                RecvOutcome::Error => {
+                    // A pending socket error (ICMP): read the error queue,
+                    // then keep receiving.
+                    if self.sock.read_errors(errors, stats) == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(f) = faults.as_mut() {
+            stats.injected_rx_drops = f.rx_drops;
+        }
+        if !d.errors.is_empty() {
+            self.handle_errors(d);
+        }
+    }
+
+    /// Fails client RPCs whose peer the network declared unreachable.
+    fn handle_errors(&self, d: &mut Driver) {
+        let errors = std::mem::take(&mut d.errors);
+        if !self.cfg.fail_on_unreachable {
+            return;
+        }
+        for (peer, errno) in errors {
+            let fatal = matches!(
+                errno,
+                libc::ECONNREFUSED
+                    | libc::EHOSTUNREACH
+                    | libc::ENETUNREACH
+                    | libc::EHOSTDOWN
+                    | libc::EACCES
+                    | libc::EPERM
+                    | libc::EADDRNOTAVAIL
+                    | libc::EAFNOSUPPORT
+            );
+            if !fatal {
+                continue;
+            }
+            let ids: Vec<RpcId> = d
+                .rpcs
+                .iter()
+                .filter(|(_, r)| r.peer == peer)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in ids {
+                d.engine.cancel(id);
+                if let Some(rpc) = d.rpcs.remove(&id) {
+                    self.complete(d, id, rpc, Err(Error::PeerUnreachable(peer)));
+                }
+            }
+        }
+    }
+
+    fn complete(&self, d: &mut Driver, id: RpcId, rpc: ClientRpc, result: RpcResult) {
+        let w = match rpc.target {
+            Target::Private(slot) => slot.complete(result),
+            Target::Shared => self.responses.push(Response {
+                id,
+                peer: rpc.peer,
+                result: result.map(Message::new),
+            }),
+        };
+        if let Some(w) = w {
+            d.wakes.push(w);
+        }
+    }
+
+    fn dispatch_events(&self, d: &mut Driver) {
+        while let Some(ev) = d.engine.poll_event() {
+            match ev {
+                Event::Request { rpc, message } => {
+                    if let Some(w) = self.requests.push((rpc, message)) {
+                        d.wakes.push(w);
+                    }
+                }
+                Event::Response { id, message } => {
+                    // Unknown ids were abandoned by the application: the
+                    // message is dropped here and its pool space returns.
+                    if let Some(rpc) = d.rpcs.remove(&id) {
+                        self.complete(d, id, rpc, Ok(message));
+                    }
+                }
+                Event::Failed { id, error } => {
+                    if let Some(rpc) = d.rpcs.remove(&id) {
+                        let e = Error::from_rpc(error, self.max_message);
+                        self.complete(d, id, rpc, Err(e));
+                    }
+                }
+            }
+        }
+    }
+
+    fn transmit(&self, d: &mut Driver, now: u64) {
+        let Driver {
+            engine,
+            tx,
+            stats,
+            faults,
+            errors,
+            ..
+        } = d;
+        if tx.pending() > 0 && tx.flush(&self.sock, stats, errors) == FlushOutcome::WouldBlock {
+            self.tx_pending.store(true, SeqCst);
+            return;
+        }
+        loop {
+            if tx.is_full() && tx.flush(&self.sock, stats, errors) == FlushOutcome::WouldBlock {
+                self.tx_pending.store(true, SeqCst);
+                return;
+            }
+            let buf = tx.next_buf();
+            let Some(t) = engine.poll_transmit(now, buf) else {
+                break;
+            };
+            if let Some(f) = faults.as_mut() {
+                if f.drop_tx() {
+                    stats.injected_tx_drops += 1;
+                    continue;
+                }
+            }
+            tx.commit(t.dest, self.cfg.tos(t.priority), t.len);
+        }
+        let blocked =
+            tx.pending() > 0 && tx.flush(&self.sock, stats, errors) == FlushOutcome::WouldBlock;
+        self.tx_pending.store(blocked, SeqCst);
+    }
+
+    /// Publishes what the background thread needs to decide how to sleep,
+    /// and rings it if a timer is now due before it would wake.
+    fn publish(&self, d: &mut Driver) {
+        let next = d.engine.poll_timeout().unwrap_or(u64::MAX);
+        self.next_deadline.store(next, SeqCst);
+        self.inflight.store(d.rpcs.len(), SeqCst);
+        if self.pollers.load(SeqCst) == 0 && next < self.bg_sleep_until.load(SeqCst) {
+            self.doorbell.ring();
+        }
+    }
+
+    /// Whether the socket needs someone's attention when no thread polls.
+    fn needs_watch(&self) -> bool {
+        self.blocked.load(SeqCst) > 0
+            || self.inflight.load(SeqCst) > 0
+            || self.tx_pending.load(SeqCst)
+            || self.attention_until.load(SeqCst) > self.now_ns()
+    }
+
+    /// Called when a thread stops polling: if it was the last and work
+    /// remains, make sure the background thread is watching.
+    fn leave_polling(&self) {
+        if self.pollers.fetch_sub(1, SeqCst) == 1
+            && self.needs_watch()
+            && !self.bg_watching.load(SeqCst)
+        {
+            self.doorbell.ring();
+        }
+    }
+
+    /// Called when a thread or task is about to sleep.
+    pub(crate) fn enter_blocked(&self) {
+        self.blocked.fetch_add(1, SeqCst);
+        if !self.bg_watching.load(SeqCst) {
+            self.doorbell.ring();
+        }
+    }
+
+    pub(crate) fn leave_blocked(&self) {
+        self.blocked.fetch_sub(1, SeqCst);
+    }
+
+    /// The waiting strategy shared by every blocking call: check, busy-poll
+    /// (driving the engine ourselves) for `poll`, then sleep until woken.
+    /// Returns `None` at the deadline or on shutdown.
+    fn wait_with<T>(
+        &self,
+        deadline: Option<u64>,
+        mut check: impl FnMut() -> Option<T>,
+        mut register: impl FnMut() -> Option<Option<u64>>,
+        mut deregister: impl FnMut(Option<u64>),
+    ) -> Option<T> {
+        if let Some(v) = check() {
+            return Some(v);
+        }
+        let start = self.now_ns();
+        let poll_end = deadline.map_or(start + self.poll_ns, |d| d.min(start + self.poll_ns));
+        self.pollers.fetch_add(1, SeqCst);
+        let mut first = true;
+        let found = loop {
+            self.drive_once();
+            if let Some(v) = check() {
+                break Some(v);
+            }
+            if self.shut.load(Acquire) || (!first && self.now_ns() >= poll_end) {
+                break None;
+            }
+            first = false;
+            std::hint::spin_loop();
+        };
+        self.leave_polling();
+        if found.is_some() || self.shut.load(Acquire) {
+            return found;
+        }
+        self.enter_blocked();
+        let r = loop {
+            if let Some(v) = check() {
+                break Some(v);
+            }
+            if self.shut.load(Acquire) {
+                break check();
+            }
+            let now = self.now_ns();
+            if deadline.is_some_and(|d| now >= d) {
+                break None;
+            }
+            let Some(token) = register() else {
+                continue;
+            };
+            // Re-check after registering: a result published in between
+            // would otherwise wait for the next wake-up.
+            if let Some(v) = check() {
+                deregister(token);
+                break Some(v);
+            }
+            match deadline {
+                Some(d) => std::thread::park_timeout(Duration::from_nanos(d.saturating_sub(now))),
+                None => std::thread::park(),
+            }
+            deregister(token);
+        };
+        self.leave_blocked();
+        r
+    }
+
+    fn wait_slot(&self, slot: &Slot<RpcResult>, deadline: Option<u64>) -> Option<RpcResult> {
+        self.wait_with(
+            deadline,
+            || slot.take(),
+            || {
+                if slot.register(Waiter::current_thread()) {
+                    Some(None)
+                } else {
+                    None
+                }
+            },
+            |_| {},
+        )
+    }
+
+    fn wait_queue<T>(&self, q: &WaitQueue<T>, deadline: Option<u64>) -> Result<Option<T>> {
+        if self.shut.load(Acquire) {
+            return Err(Error::Shutdown);
+        }
+        let r = self.wait_with(
+            deadline,
+            || q.try_pop(),
+            || q.register(Waiter::current_thread()).map(Some),
+            |t| {
+                if let Some(t) = t {
+                    q.deregister(t)
+                }
+            },
+        );
+        match r {
+            Some(v) => Ok(Some(v)),
+            None if self.shut.load(Acquire) => Err(Error::Shutdown),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn is_shut(&self) -> bool {
+        self.shut.load(Acquire)
+    }
+
+    pub(crate) fn shutdown(&self) {
+        if self.shut.swap(true, SeqCst) {
+            return;
+        }
+        {
+            let mut d = self.driver.lock();
+            d.engine.shutdown();
+            self.dispatch_events(&mut d);
+            let left: Vec<(RpcId, ClientRpc)> = d.rpcs.drain().collect();
+            for (id, rpc) in left {
+                self.complete(&mut d, id, rpc, Err(Error::Shutdown));
+            }
+            let now = self.clock(&mut d);
+            self.transmit(&mut d, now);
+            self.inflight.store(0, SeqCst);
+            let wakes = std::mem::take(&mut d.wakes);
+            drop(d);
+            for w in wakes {
+                w.wake();
+            }
+        }
+        // Requests nobody will answer: release their pool space.
+        drop(self.requests.drain());
+        self.requests.wake_all();
+        self.responses.wake_all();
+        self.doorbell.ring();
+    }
+
+    /// The background thread: sleeps until the next timer, a doorbell ring or
+    /// (when nobody polls and someone waits) socket activity, then drives.
+    fn background(self: Arc<Self>) {
+        set_timer_slack_ns(1_000);
+        while !self.shut.load(Acquire) {
+            // Decide whether to watch the socket; publish, then re-check so a
+            // thread that stopped polling meanwhile is not missed.
+            let watch = loop {
+                let w = self.pollers.load(SeqCst) == 0 && self.needs_watch();
+                self.bg_watching.store(w, SeqCst);
+                if w || !(self.pollers.load(SeqCst) == 0 && self.needs_watch()) {
+                    break w;
+                }
+            };
+            let now = self.now_ns();
+            let mut wake_at = self.next_deadline.load(SeqCst);
+            if self.pollers.load(SeqCst) > 0 && wake_at != u64::MAX {
+                wake_at = wake_at.max(now + BG_BACKSTOP_NS);
+            }
+            self.bg_sleep_until.store(wake_at, SeqCst);
+            // A deadline published after we read it must not be slept through.
+            let again = self.next_deadline.load(SeqCst);
+            if again < wake_at && self.pollers.load(SeqCst) == 0 {
+                wake_at = again;
+            }
+            let attention = self.attention_until.load(SeqCst);
+            if watch
+                && attention > now
+                && self.blocked.load(SeqCst) == 0
+                && self.inflight.load(SeqCst) == 0
+            {
+                wake_at = wake_at.min(attention);
+            }
+            let timeout =
+                (wake_at != u64::MAX).then(|| Duration::from_nanos(wake_at.saturating_sub(now)));
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.doorbell.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.sock.fd(),
+                    events: libc::POLLIN
+                        | if self.tx_pending.load(SeqCst) {
+                            libc::POLLOUT
+                        } else {
+                            0
+                        },
+                    revents: 0,
+                },
+            ];
+            let nfds = if watch { 2 } else { 1 };
+            let _ = ppoll(&mut fds[..nfds], timeout);
+            self.bg_sleep_until.store(0, SeqCst);
+            if fds[0].revents != 0 {
+                self.doorbell.drain();
+            }
+            if self.shut.load(Acquire) {
+                break;
+            }
+            let now = self.now_ns();
+            let due = self.next_deadline.load(SeqCst) <= now;
+            let sock_ready = nfds == 2 && fds[1].revents != 0;
+            if (sock_ready || due) && (self.pollers.load(SeqCst) == 0 || due) {
+                let mut d = self.driver.lock();
+                let now = self.clock(&mut d);
+                self.drive(&mut d, now, true);
+                let wakes = std::mem::take(&mut d.wakes);
+                drop(d);
+                for w in wakes {
+                    w.wake();
+                }
+            }
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<Endpoint>();
+    is::<PendingRpc>();
+    is::<Request>();
+    is::<Responder>();
+}

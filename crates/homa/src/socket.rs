@@ -1,0 +1,926 @@
+//! The UDP socket layer: one non-blocking socket, received in batches with
+//! `recvmmsg` (splitting UDP GRO super-datagrams back into packets) and sent in
+//! batches with `sendmmsg`, where consecutive packets to one destination at one
+//! priority become a single UDP GSO send. Each send carries the packet's
+//! priority as DSCP in an `IP_TOS` / `IPV6_TCLASS` control message. ICMP errors
+//! are read from the error queue so that unreachable peers fail fast.
+//!
+//! Nothing here knows about Homa: it moves byte strings between the engine and
+//! the kernel and counts what it sees.
+
+use crate::sys::{read_sockaddr, write_sockaddr};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::mem;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+
+const SOL_UDP: libc::c_int = 17;
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+
+/// Receive buffer per datagram: the largest (GRO-coalesced) UDP payload.
+pub(crate) const RX_BUF_SIZE: usize = 65_536;
+/// Most packets in one GSO send (the kernel's limit is 64 on older kernels).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Most payload bytes in one GSO send (one IP datagram before segmentation).
+const GSO_MAX_BYTES: usize = 65_000;
+/// Most `mmsghdr`s handed to one `sendmmsg`.
+const TX_MAX_MSGS: usize = 64;
+/// Control buffer per message: room for two int cmsgs (TOS and UDP_SEGMENT).
+type Ctrl = [u64; 8];
+
+/// How the socket is set up.
+#[derive(Clone, Debug)]
+pub(crate) struct SocketOptions {
+    pub gso: bool,
+    pub gro: bool,
+    pub buffer_bytes: usize,
+}
+
+/// Counters kept by the socket layer (the engine keeps its own).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SocketStats {
+    /// `recvmmsg` calls that returned at least one datagram.
+    pub recv_batches: u64,
+    /// `recvmmsg` calls that found nothing (polling).
+    pub recv_empty: u64,
+    /// Packets handed to the engine (after GRO splitting).
+    pub packets_received: u64,
+    /// Received datagrams that carried several GRO-coalesced packets.
+    pub gro_datagrams: u64,
+    pub bytes_received: u64,
+    /// Datagrams the kernel truncated (larger than the receive buffer).
+    pub truncated: u64,
+    /// Datagrams from an address the runtime cannot represent.
+    pub bad_source: u64,
+    /// `sendmmsg` calls.
+    pub send_calls: u64,
+    /// Packets put on the wire (counting each GSO segment).
+    pub packets_sent: u64,
+    /// GSO sends (each carries two or more packets).
+    pub gso_sends: u64,
+    pub bytes_sent: u64,
+    /// Sends deferred because the socket buffer was full.
+    pub send_would_block: u64,
+    /// Packets dropped because the kernel refused them.
+    pub send_errors: u64,
+    /// ICMP errors read from the error queue.
+    pub icmp_errors: u64,
+    /// Packets dropped by the fault injector.
+    pub injected_rx_drops: u64,
+    pub injected_tx_drops: u64,
+}
+
+/// One UDP socket, IPv4 or IPv6 (dual-stack when bound to `[::]`).
+pub(crate) struct UdpSocket {
+    sock: Socket,
+    v6: bool,
+    local: SocketAddr,
+    /// UDP GSO is available (and not found broken at run time).
+    gso: std::sync::atomic::AtomicBool,
+    gro: bool,
+}
+
+impl UdpSocket {
+    pub(crate) fn bind(addr: SocketAddr, opts: &SocketOptions) -> io::Result<UdpSocket> {
+        let v6 = addr.is_ipv6();
+        let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+        let sock = Socket::new(
+            domain,
+            Type::DGRAM.nonblocking().cloexec(),
+            Some(Protocol::UDP),
+        )?;
+        if v6 {
+            // `[::]` serves both families; a specific v6 address only its own.
+            sock.set_only_v6(!addr.ip().is_unspecified())?;
+        }
+        set_buffer(
+            &sock,
+            libc::SO_RCVBUFFORCE,
+            libc::SO_RCVBUF,
+            opts.buffer_bytes,
+        );
+        set_buffer(
+            &sock,
+            libc::SO_SNDBUFFORCE,
+            libc::SO_SNDBUF,
+            opts.buffer_bytes,
+        );
+        sock.bind(&addr.into())?;
+        let fd = sock.as_raw_fd();
+        // ICMP errors (port unreachable...) go to the error queue instead of
+        // being ignored, so the runtime can fail RPCs to a dead peer quickly.
+        setsockopt_int(fd, libc::SOL_IP, libc::IP_RECVERR, 1).ok();
+        if v6 {
+            setsockopt_int(fd, libc::SOL_IPV6, libc::IPV6_RECVERR, 1).ok();
+        }
+        let gso = opts.gso && getsockopt_int(fd, SOL_UDP, UDP_SEGMENT).is_ok();
+        let gro = opts.gro && setsockopt_int(fd, SOL_UDP, UDP_GRO, 1).is_ok();
+        let local = sock
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::Other, "socket has no IP address"))?;
+        Ok(UdpSocket {
+            sock,
+            v6,
+            local,
+            gso: std::sync::atomic::AtomicBool::new(gso),
+            gro,
+        })
+    }
+    pub(crate) fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+    pub(crate) fn is_v6(&self) -> bool {
+        self.v6
+    }
+    pub(crate) fn gso(&self) -> bool {
+        self.gso.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    pub(crate) fn gro(&self) -> bool {
+        self.gro
+    }
+    /// Whether this socket can send to `dest` at all (family check).
+    pub(crate) fn can_reach(&self, dest: &SocketAddr) -> bool {
+        if self.v6 {
+            // A v6 socket bound to a specific address cannot reach v4 peers.
+            dest.is_ipv6() || self.local.ip().is_unspecified()
+        } else {
+            dest.is_ipv4()
+        }
+    }
+
+    /// Drains the error queue; pushes (original destination, errno) for each
+    /// ICMP or local error and returns how many were read.
+    pub(crate) fn read_errors(
+        &self,
+        out: &mut Vec<(SocketAddr, i32)>,
+        stats: &mut SocketStats,
+    ) -> usize {
+        let mut n = 0;
+        for _ in 0..64 {
+            let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
+            let mut data = [0u8; 64];
+            let mut ctrl: [u64; 32] = [0; 32];
+            let mut iov = libc::iovec {
+                iov_base: data.as_mut_ptr() as *mut libc::c_void,
+                iov_len: data.len(),
+            };
+            let mut hdr: libc::msghdr = unsafe { mem::zeroed() };
+            hdr.msg_name = &mut name as *mut _ as *mut libc::c_void;
+            hdr.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            hdr.msg_iov = &mut iov;
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+            hdr.msg_controllen = mem::size_of_val(&ctrl);
+            // SAFETY: every pointer in hdr refers to a live local buffer.
+            let r = unsafe {
+                libc::recvmsg(self.fd(), &mut hdr, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT)
+            };
+            if r < 0 {
+                break;
+            }
+            n += 1;
+            stats.icmp_errors += 1;
+            let dest = read_sockaddr(&name, hdr.msg_namelen);
+            // SAFETY: walking the control buffer the kernel filled, within
+            // msg_controllen, with the libc CMSG helpers.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(&hdr);
+                while !c.is_null() {
+                    let lvl = (*c).cmsg_level;
+                    let ty = (*c).cmsg_type;
+                    if (lvl == libc::SOL_IP && ty == libc::IP_RECVERR)
+                        || (lvl == libc::SOL_IPV6 && ty == libc::IPV6_RECVERR)
+                    {
+                        let ee = std::ptr::read_unaligned(
+                            libc::CMSG_DATA(c) as *const libc::sock_extended_err
+                        );
+                        if let Some(d) = dest {
+                            out.push((d, ee.ee_errno as i32));
+                        }
+                    }
+                    c = libc::CMSG_NXTHDR(&hdr, c);
+                }
+            }
+        }
+        n
+    }
+}
+
+fn set_buffer(sock: &Socket, force: libc::c_int, plain: libc::c_int, bytes: usize) {
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    // The FORCE variants ignore the system maximum but need CAP_NET_ADMIN.
+    if setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, force, v).is_err() {
+        setsockopt_int(sock.as_raw_fd(), libc::SOL_SOCKET, plain, v).ok();
+    }
+}
+
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live int and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &v as *const libc::c_int as *const libc::c_void,
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: passes a pointer to a live int and its size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            &mut v as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(v)
+    }
+}
+
+/// Result of one receive attempt.
+#[derive(Debug)]
+pub(crate) enum RecvOutcome {
+    /// This many datagrams (before GRO splitting) were handed to the callback.
+    Received(usize),
+    /// Nothing was waiting.
+    Empty,
+    /// The kernel reported an error (usually a pending ICMP error, meaning the
+    /// error queue should be read).
+    Error,
+}
+
+/// Reusable buffers for `recvmmsg`.
+pub(crate) struct RxBatch {
+    data: Vec<u8>,
+    names: Vec<libc::sockaddr_storage>,
+    ctrl: Vec<Ctrl>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers inside the headers only ever point into this
+// struct's own vectors and are rebuilt before each use.
+unsafe impl Send for RxBatch {}
+
+impl RxBatch {
+    pub(crate) fn new(batch: usize) -> RxBatch {
+        let n = batch.max(1);
+        RxBatch {
+            data: vec![0u8; n * RX_BUF_SIZE],
+            names: vec![unsafe { mem::zeroed() }; n],
+            ctrl: vec![[0u64; 8]; n],
+            iovs: vec![
+                libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0
+                };
+                n
+            ],
+            hdrs: vec![unsafe { mem::zeroed() }; n],
+        }
+    }
+
+    /// Receives up to one batch without blocking and calls `f(source, packet)`
+    /// for every packet, splitting GRO super-datagrams at their segment size.
+    pub(crate) fn recv(
+        &mut self,
+        sock: &UdpSocket,
+        stats: &mut SocketStats,
+        mut f: impl FnMut(SocketAddr, &[u8]),
+    ) -> RecvOutcome {
+        let n = self.hdrs.len();
+        for i in 0..n {
+            self.iovs[i] = libc::iovec {
+                iov_base: self.data[i * RX_BUF_SIZE..].as_mut_ptr() as *mut libc::c_void,
+                iov_len: RX_BUF_SIZE,
+            };
+            let h = &mut self.hdrs[i];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = &mut self.names[i] as *mut _ as *mut libc::c_void;
+            h.msg_hdr.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_iov = &mut self.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = self.ctrl[i].as_mut_ptr() as *mut libc::c_void;
+            h.msg_hdr.msg_controllen = mem::size_of::<Ctrl>();
+            h.msg_hdr.msg_flags = 0;
+        }
+        // SAFETY: every header points at buffers owned by self, sized as declared.
+        let r = unsafe {
+            libc::recvmmsg(
+                sock.fd(),
+                self.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
+                stats.recv_empty += 1;
+                return RecvOutcome::Empty;
+            }
+            return RecvOutcome::Error;
+        }
+        let got = r as usize;
+        stats.recv_batches += 1;
+        for i in 0..got {
+            let h = &self.hdrs[i];
+            let len = h.msg_len as usize;
+            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                stats.truncated += 1;
+                continue;
+            }
+            let Some(src) = read_sockaddr(&self.names[i], h.msg_hdr.msg_namelen) else {
+                stats.bad_source += 1;
+                continue;
+            };
+            let seg = gro_segment_size(&h.msg_hdr).unwrap_or(len).max(1);
+            let buf = &self.data[i * RX_BUF_SIZE..i * RX_BUF_SIZE + len.min(RX_BUF_SIZE)];
+            if buf.len() > seg {
+                stats.gro_datagrams += 1;
+            }
+            stats.bytes_received += buf.len() as u64;
+            if buf.is_empty() {
+                stats.packets_received += 1;
+                f(src, buf);
+                continue;
+            }
+            for pkt in buf.chunks(seg) {
+                stats.packets_received += 1;
+                f(src, pkt);
+            }
+        }
+        RecvOutcome::Received(got)
+    }
+}
+
+/// The GRO segment size announced in a received message's control data.
+fn gro_segment_size(hdr: &libc::msghdr) -> Option<usize> {
+    // SAFETY: walks the control buffer the kernel filled with the libc helpers.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int);
+                return (v > 0).then_some(v as usize);
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    None
+}
+
+/// One queued packet.
+#[derive(Clone, Copy, Debug)]
+struct TxMeta {
+    dest: SocketAddr,
+    tos: u8,
+    len: usize,
+}
+
+/// Result of a flush.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FlushOutcome {
+    /// Everything queued was handed to the kernel (or dropped on error).
+    Done,
+    /// The socket buffer is full; the rest stays queued (wait for POLLOUT).
+    WouldBlock,
+}
+
+/// Packets waiting to be sent, and the scratch space to send them.
+pub(crate) struct TxQueue {
+    bufs: Vec<Vec<u8>>,
+    meta: Vec<TxMeta>,
+    head: usize,
+    capacity: usize,
+    packet_size: usize,
+    // Scratch for sendmmsg, rebuilt on every call.
+    names: Vec<libc::sockaddr_storage>,
+    ctrl: Vec<Ctrl>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    groups: Vec<(usize, usize)>,
+}
+
+// SAFETY: as for RxBatch, the pointers refer only to the struct's own vectors.
+unsafe impl Send for TxQueue {}
+
+impl TxQueue {
+    /// A queue of at most `capacity` packets of up to `packet_size` bytes.
+    pub(crate) fn new(capacity: usize, packet_size: usize) -> TxQueue {
+        let capacity = capacity.max(1);
+        TxQueue {
+            bufs: Vec::new(),
+            meta: Vec::with_capacity(capacity),
+            head: 0,
+            capacity,
+            packet_size,
+            names: vec![unsafe { mem::zeroed() }; TX_MAX_MSGS],
+            ctrl: vec![[0u64; 8]; TX_MAX_MSGS],
+            iovs: Vec::with_capacity(capacity),
+            hdrs: vec![unsafe { mem::zeroed() }; TX_MAX_MSGS],
+            groups: Vec::with_capacity(TX_MAX_MSGS),
+        }
+    }
+    /// Packets queued and not yet sent.
+    pub(crate) fn pending(&self) -> usize {
+        self.meta.len() - self.head
+    }
+    pub(crate) fn is_full(&self) -> bool {
+        self.meta.len() >= self.capacity
+    }
+    /// The buffer the next packet should be written into.
+    pub(crate) fn next_buf(&mut self) -> &mut Vec<u8> {
+        let i = self.meta.len();
+        if i == self.bufs.len() {
+            self.bufs.push(Vec::with_capacity(self.packet_size));
+        }
+        &mut self.bufs[i]
+    }
+    /// Queues the packet just written into [`Self::next_buf`].
+    pub(crate) fn commit(&mut self, dest: SocketAddr, tos: u8, len: usize) {
+        let i = self.meta.len();
+        debug_assert!(i < self.bufs.len() && self.bufs[i].len() >= len);
+        self.meta.push(TxMeta { dest, tos, len });
+    }
+
+    /// Hands queued packets to the kernel. Destinations the kernel calls
+    /// unreachable are appended to `unreachable` (their packets are dropped).
+    pub(crate) fn flush(
+        &mut self,
+        sock: &UdpSocket,
+        stats: &mut SocketStats,
+        unreachable: &mut Vec<(SocketAddr, i32)>,
+    ) -> FlushOutcome {
+        let mut retries = 0;
+        while self.head < self.meta.len() {
+            let gso = sock.gso();
+            self.build(sock, gso);
+            let count = self.groups.len();
+            stats.send_calls += 1;
+            // SAFETY: headers point into self's scratch and packet buffers,
+            // which stay untouched until the call returns.
+            let r = unsafe {
+                libc::sendmmsg(sock.fd(), self.hdrs.as_mut_ptr(), count as libc::c_uint, 0)
+            };
+            if r > 0 {
+                for g in 0..r as usize {
+                    let (a, b) = self.groups[g];
+                    stats.packets_sent += (b - a) as u64;
+                    if b - a > 1 {
+                        stats.gso_sends += 1;
+                    }
+                    stats.bytes_sent += self.meta[a..b].iter().map(|m| m.len as u64).sum::<u64>();
+                    self.head = b;
+                }
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            let errno = e.raw_os_error().unwrap_or(0);
+            let (a, b) = self.groups[0];
+            match errno {
+                libc::EINTR => continue,
+                libc::EAGAIN => {
+                    stats.send_would_block += 1;
+                    return FlushOutcome::WouldBlock;
+                }
+                // A pending asynchronous error (ICMP) is reported by the next
+                // send instead of the packet being sent: read it and retry.
+                libc::ECONNREFUSED if retries < 4 => {
+                    retries += 1;
+                    sock.read_errors(unreachable, stats);
+                    continue;
+                }
+                // The device cannot segment (e.g. no checksum offload): stop
+                // using GSO on this socket and send the packets one by one.
+                libc::EIO | libc::EINVAL | libc::ENOPROTOOPT if gso && b - a > 1 => {
+                    sock.gso.store(false, std::sync::atomic::Ordering::Relaxed);
+                    continue;
+                }
+                libc::ENETUNREACH
+                | libc::EHOSTUNREACH
+                | libc::EHOSTDOWN
+                | libc::EADDRNOTAVAIL
+                | libc::EAFNOSUPPORT
+                | libc::EACCES
+                | libc::EPERM
+                | libc::ECONNREFUSED => {
+                    unreachable.push((self.meta[a].dest, errno));
+                    stats.send_errors += (b - a) as u64;
+                    self.head = b;
+                }
+                _ => {
+                    // EMSGSIZE, ENOBUFS and the like: the packets are lost, as
+                    // they could be on any network; the protocol recovers.
+                    stats.send_errors += (b - a) as u64;
+                    self.head = b;
+                }
+            }
+        }
+        self.meta.clear();
+        self.head = 0;
+        FlushOutcome::Done
+    }
+
+    /// Fills the sendmmsg headers with groups of queued packets from `head`.
+    fn build(&mut self, sock: &UdpSocket, gso: bool) {
+        self.groups.clear();
+        self.iovs.clear();
+        let mut i = self.head;
+        while i < self.meta.len() && self.groups.len() < TX_MAX_MSGS {
+            let first = self.meta[i];
+            let mut j = i + 1;
+            let mut total = first.len;
+            if gso {
+                while j < self.meta.len()
+                    && j - i < GSO_MAX_SEGMENTS
+                    && self.meta[j].dest == first.dest
+                    && self.meta[j].tos == first.tos
+                    && self.meta[j].len <= first.len
+                    && self.meta[j].len > 0
+                    && total + self.meta[j].len <= GSO_MAX_BYTES
+                {
+                    total += self.meta[j].len;
+                    j += 1;
+                    // Only the last segment of a GSO send may be shorter.
+                    if self.meta[j - 1].len < first.len {
+                        break;
+                    }
+                }
+            }
+            self.groups.push((i, j));
+            i = j;
+        }
+        for &(a, b) in &self.groups {
+            for k in a..b {
+                self.iovs.push(libc::iovec {
+                    iov_base: self.bufs[k].as_mut_ptr() as *mut libc::c_void,
+                    iov_len: self.meta[k].len,
+                });
+            }
+        }
+        let mut iov_at = 0;
+        for (g, &(a, b)) in self.groups.iter().enumerate() {
+            let m = self.meta[a];
+            let namelen = write_sockaddr(&m.dest, sock.is_v6(), &mut self.names[g]);
+            let ctrl = &mut self.ctrl[g];
+            *ctrl = [0; 8];
+            let h = &mut self.hdrs[g];
+            h.msg_len = 0;
+            h.msg_hdr.msg_name = &mut self.names[g] as *mut _ as *mut libc::c_void;
+            h.msg_hdr.msg_namelen = namelen;
+            h.msg_hdr.msg_iov = &mut self.iovs[iov_at];
+            h.msg_hdr.msg_iovlen = b - a;
+            h.msg_hdr.msg_flags = 0;
+            h.msg_hdr.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+            h.msg_hdr.msg_controllen = mem::size_of::<Ctrl>();
+            iov_at += b - a;
+            // The TOS cmsg must match the family of the packet actually sent: a
+            // v4 destination (also v4-mapped on a v6 socket) uses IP_TOS.
+            let (lvl, ty) = if m.dest.is_ipv4() {
+                (libc::SOL_IP, libc::IP_TOS)
+            } else {
+                (libc::SOL_IPV6, libc::IPV6_TCLASS)
+            };
+            let mut used = 0;
+            // SAFETY: the control buffer has room for two int cmsgs (64 bytes
+            // >= 2 * CMSG_SPACE(4)); CMSG_* walk within msg_controllen.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+                (*c).cmsg_level = lvl;
+                (*c).cmsg_type = ty;
+                (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+                std::ptr::write_unaligned(
+                    libc::CMSG_DATA(c) as *mut libc::c_int,
+                    m.tos as libc::c_int,
+                );
+                used += libc::CMSG_SPACE(4) as usize;
+                if b - a > 1 {
+                    let c2 = libc::CMSG_NXTHDR(&h.msg_hdr, c);
+                    (*c2).cmsg_level = SOL_UDP;
+                    (*c2).cmsg_type = UDP_SEGMENT;
+                    (*c2).cmsg_len = libc::CMSG_LEN(2) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c2) as *mut u16, m.len as u16);
+                    used += libc::CMSG_SPACE(2) as usize;
+                }
+            }
+            h.msg_hdr.msg_controllen = used;
+        }
+    }
+}
+
+/// Drops packets at random on receive and transmit, for tests of loss
+/// recovery over real sockets. Deterministic for a given seed.
+#[derive(Clone, Debug)]
+pub struct FaultInjector {
+    /// Probability (0..=1) that a received packet is discarded before the engine sees it.
+    pub rx_loss: f64,
+    /// Probability (0..=1) that a packet from the engine is never sent.
+    pub tx_loss: f64,
+    /// Seed of the generator.
+    pub seed: u64,
+}
+
+/// The running state of a [`FaultInjector`].
+pub(crate) struct Faults {
+    rx: u64,
+    tx: u64,
+    state: u64,
+    /// Received packets discarded so far.
+    pub(crate) rx_drops: u64,
+}
+
+impl Faults {
+    pub(crate) fn new(f: &FaultInjector) -> Faults {
+        let scale = |p: f64| (p.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
+        Faults {
+            rx: scale(f.rx_loss),
+            tx: scale(f.tx_loss),
+            state: f.seed | 1,
+            rx_drops: 0,
+        }
+    }
+    fn next(&mut self) -> u64 {
+        // xorshift64*: fast and good enough to pick packets to lose.
+        let mut x = self.state;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.state = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub(crate) fn drop_rx(&mut self) -> bool {
+        let d = self.rx > 0 && self.next() < self.rx;
+        self.rx_drops += d as u64;
+        d
+    }
+    pub(crate) fn drop_tx(&mut self) -> bool {
+        self.tx > 0 && self.next() < self.tx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn opts() -> SocketOptions {
+        SocketOptions {
+            gso: true,
+            gro: true,
+            buffer_bytes: 1 << 20,
+        }
+    }
+
+    fn recv_all(
+        rx: &mut RxBatch,
+        s: &UdpSocket,
+        want: usize,
+    ) -> (Vec<(SocketAddr, Vec<u8>)>, SocketStats) {
+        let mut stats = SocketStats::default();
+        let mut got = Vec::new();
+        let start = Instant::now();
+        while got.len() < want && start.elapsed() < Duration::from_secs(5) {
+            match rx.recv(s, &mut stats, |a, p| got.push((a, p.to_vec()))) {
+                RecvOutcome::Error => panic!("{}", io::Error::last_os_error()),
+                _ => std::thread::yield_now(),
+            }
+        }
+        (got, stats)
+    }
+
+    fn send(
+        tx: &mut TxQueue,
+        s: &UdpSocket,
+        dest: SocketAddr,
+        pkts: &[Vec<u8>],
+        tos: u8,
+    ) -> SocketStats {
+        let mut stats = SocketStats::default();
+        let mut unr = Vec::new();
+        for p in pkts {
+            let b = tx.next_buf();
+            b.clear();
+            b.extend_from_slice(p);
+            tx.commit(dest, tos, p.len());
+        }
+        assert_eq!(tx.flush(s, &mut stats, &mut unr), FlushOutcome::Done);
+        assert!(unr.is_empty());
+        stats
+    }
+
+    fn pattern(n: usize, len: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| (0..len).map(|j| (i * 7 + j) as u8).collect())
+            .collect()
+    }
+
+    fn check_roundtrip(a_addr: &str, gso: bool, gro: bool) {
+        let o = SocketOptions { gso, gro, ..opts() };
+        let a = UdpSocket::bind(a_addr.parse().unwrap(), &o).unwrap();
+        let b = UdpSocket::bind(a_addr.parse().unwrap(), &o).unwrap();
+        let mut tx = TxQueue::new(256, 1472);
+        let mut rx = RxBatch::new(8);
+        // 40 full packets and a short tail: one GSO group when available.
+        let mut pkts = pattern(40, 1400);
+        pkts.push(vec![9u8; 100]);
+        // Then packets to the same place at another priority (a new group).
+        pkts.extend(pattern(3, 500));
+        let mut sent = send(&mut tx, &a, b.local_addr(), &pkts[..41], 0xb8);
+        let s2 = send(&mut tx, &a, b.local_addr(), &pkts[41..], 0x20);
+        sent.packets_sent += s2.packets_sent;
+        sent.gso_sends += s2.gso_sends;
+        assert_eq!(sent.packets_sent, pkts.len() as u64);
+        if gso && a.gso() {
+            assert!(sent.gso_sends >= 2, "{sent:?}");
+        } else {
+            assert_eq!(sent.gso_sends, 0);
+        }
+        let (got, stats) = recv_all(&mut rx, &b, pkts.len());
+        assert_eq!(got.len(), pkts.len(), "{stats:?}");
+        for ((src, data), want) in got.iter().zip(&pkts) {
+            assert_eq!(*src, a.local_addr());
+            assert_eq!(data, want);
+        }
+        if !gro {
+            assert_eq!(stats.gro_datagrams, 0);
+        }
+    }
+
+    #[test]
+    fn batched_send_and_receive_v4_with_offloads() {
+        check_roundtrip("127.0.0.1:0", true, true);
+    }
+
+    #[test]
+    fn batched_send_and_receive_v4_without_offloads() {
+        check_roundtrip("127.0.0.1:0", false, false);
+    }
+
+    #[test]
+    fn gso_send_is_split_by_receiver_without_gro() {
+        check_roundtrip("127.0.0.1:0", true, false);
+    }
+
+    #[test]
+    fn batched_send_and_receive_v6() {
+        if UdpSocket::bind("[::1]:0".parse().unwrap(), &opts()).is_err() {
+            eprintln!("skipping: ::1 is not available on this machine");
+            return;
+        }
+        check_roundtrip("[::1]:0", true, true);
+    }
+
+    #[test]
+    fn dual_stack_socket_talks_to_v4_peer() {
+        let Ok(a) = UdpSocket::bind("[::]:0".parse().unwrap(), &opts()) else {
+            eprintln!("skipping: IPv6 is not available on this machine");
+            return;
+        };
+        let b = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &opts()).unwrap();
+        assert!(a.can_reach(&b.local_addr()));
+        let mut tx = TxQueue::new(8, 1472);
+        send(&mut tx, &a, b.local_addr(), &pattern(2, 300), 0x10);
+        let mut rx = RxBatch::new(4);
+        let (got, _) = recv_all(&mut rx, &b, 2);
+        assert_eq!(got.len(), 2);
+        // And the reply comes back to the v6 socket as a plain v4 source.
+        let dest: SocketAddr = format!("127.0.0.1:{}", a.local_addr().port())
+            .parse()
+            .unwrap();
+        send(&mut tx, &b, dest, &pattern(1, 10), 0);
+        let (got, _) = recv_all(&mut rx, &a, 1);
+        assert_eq!(got[0].0, b.local_addr());
+    }
+
+    #[test]
+    fn tos_reaches_the_receiver() {
+        // Read the TOS byte back with IP_RECVTOS on a plain socket.
+        let a = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &opts()).unwrap();
+        let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        setsockopt_int(b.as_raw_fd(), libc::SOL_IP, libc::IP_RECVTOS, 1).unwrap();
+        b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut tx = TxQueue::new(8, 1472);
+        send(
+            &mut tx,
+            &a,
+            b.local_addr().unwrap(),
+            &pattern(1, 64),
+            46 << 2,
+        );
+        let mut data = [0u8; 128];
+        let mut ctrl = [0u64; 16];
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        let mut hdr: libc::msghdr = unsafe { mem::zeroed() };
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+        hdr.msg_controllen = mem::size_of_val(&ctrl);
+        let r = unsafe { libc::recvmsg(b.as_raw_fd(), &mut hdr, 0) };
+        assert_eq!(r, 64);
+        let mut tos = None;
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&hdr);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_IP && (*c).cmsg_type == libc::IP_TOS {
+                    tos = Some(*libc::CMSG_DATA(c));
+                }
+                c = libc::CMSG_NXTHDR(&hdr, c);
+            }
+        }
+        assert_eq!(tos, Some(46 << 2));
+    }
+
+    #[test]
+    fn plain_datagrams_keep_their_length_and_empty_ones_arrive() {
+        let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &opts()).unwrap();
+        // A datagram from a non-GSO sender is one packet, not truncated...
+        a.send_to(&[1u8; 2000], b.local_addr()).unwrap();
+        let mut rx = RxBatch::new(2);
+        let (got, stats) = recv_all(&mut rx, &b, 1);
+        assert_eq!(got[0].1.len(), 2000);
+        assert_eq!(stats.truncated, 0);
+        // ...and an empty datagram is delivered as empty, not dropped.
+        a.send_to(&[], b.local_addr()).unwrap();
+        let (got, _) = recv_all(&mut rx, &b, 1);
+        assert!(got[0].1.is_empty());
+    }
+
+    #[test]
+    fn icmp_port_unreachable_is_reported() {
+        let a = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &opts()).unwrap();
+        // A port that is surely closed: bind, learn it, close.
+        let dead = std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let mut tx = TxQueue::new(8, 1472);
+        send(&mut tx, &a, dead, &pattern(1, 32), 0);
+        let mut errs = Vec::new();
+        let mut stats = SocketStats::default();
+        let start = Instant::now();
+        while errs.is_empty() && start.elapsed() < Duration::from_secs(2) {
+            a.read_errors(&mut errs, &mut stats);
+        }
+        assert_eq!(errs, vec![(dead, libc::ECONNREFUSED)]);
+        // The socket error also surfaces on receive, which the caller treats as
+        // a hint to read the error queue; it must not wedge the socket.
+        let mut rx = RxBatch::new(2);
+        for _ in 0..3 {
+            let _ = rx.recv(&a, &mut stats, |_, _| {});
+        }
+        assert!(matches!(
+            rx.recv(&a, &mut stats, |_, _| {}),
+            RecvOutcome::Empty
+        ));
+    }
+
+    #[test]
+    fn fault_injector_drops_about_the_asked_fraction() {
+        let mut f = Faults::new(&FaultInjector {
+            rx_loss: 0.1,
+            tx_loss: 0.0,
+            seed: 42,
+        });
+        let drops = (0..100_000).filter(|_| f.drop_rx()).count();
+        assert!((9_000..11_000).contains(&drops), "{drops}");
+        assert!(!(0..1000).any(|_| f.drop_tx()));
+        let mut all = Faults::new(&FaultInjector {
+            rx_loss: 1.0,
+            tx_loss: 1.0,
+            seed: 1,
+        });
+        assert!((0..1000).all(|_| all.drop_rx() && all.drop_tx()));
+    }
+}

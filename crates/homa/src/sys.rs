@@ -1,0 +1,214 @@
+//! Thin wrappers over the few Linux system calls the runtime needs beyond what
+//! `std` and `socket2` offer: raw socket addresses for `mmsghdr`, an eventfd to
+//! wake the background thread, and `ppoll` with a nanosecond timeout.
+
+use std::io;
+use std::mem;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// Writes `addr` into `storage` in the socket's family and returns the length.
+/// On an IPv6 socket an IPv4 destination is written as a v4-mapped address,
+/// so a dual-stack endpoint can reach both families.
+pub(crate) fn write_sockaddr(
+    addr: &SocketAddr,
+    v6_socket: bool,
+    storage: &mut libc::sockaddr_storage,
+) -> libc::socklen_t {
+    let v6 = match (addr, v6_socket) {
+        (SocketAddr::V4(a), false) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let sin = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in) };
+            *sin = unsafe { mem::zeroed() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr = libc::in_addr {
+                s_addr: u32::from_ne_bytes(a.ip().octets()),
+            };
+            return mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        }
+        (SocketAddr::V4(a), true) => SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
+        (SocketAddr::V6(a), _) => *a,
+    };
+    // SAFETY: as above, for sockaddr_in6.
+    let sin6 = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in6) };
+    *sin6 = unsafe { mem::zeroed() };
+    sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+    sin6.sin6_port = v6.port().to_be();
+    sin6.sin6_addr = libc::in6_addr {
+        s6_addr: v6.ip().octets(),
+    };
+    sin6.sin6_flowinfo = v6.flowinfo();
+    sin6.sin6_scope_id = v6.scope_id();
+    mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t
+}
+
+/// Reads a socket address filled in by the kernel. v4-mapped IPv6 addresses
+/// come back as IPv4 so that the engine sees one address per peer.
+pub(crate) fn read_sockaddr(
+    storage: &libc::sockaddr_storage,
+    len: libc::socklen_t,
+) -> Option<SocketAddr> {
+    match storage.ss_family as libc::c_int {
+        libc::AF_INET if len as usize >= mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: family and length checked.
+            let sin = unsafe { &*(storage as *const _ as *const libc::sockaddr_in) };
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len as usize >= mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: family and length checked.
+            let sin6 = unsafe { &*(storage as *const _ as *const libc::sockaddr_in6) };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            let port = u16::from_be(sin6.sin6_port);
+            if let Some(v4) = ip.to_ipv4_mapped() {
+                return Some(SocketAddr::V4(SocketAddrV4::new(v4, port)));
+            }
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                port,
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// An eventfd used as a doorbell: any thread rings it, the background thread
+/// includes it in its `ppoll` set and drains it.
+pub(crate) struct EventFd(OwnedFd);
+
+impl EventFd {
+    pub(crate) fn new() -> io::Result<EventFd> {
+        // SAFETY: plain syscall; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+    pub(crate) fn ring(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64. Failure (counter overflow)
+        // still leaves the fd readable, which is all a doorbell needs.
+        unsafe {
+            libc::write(
+                self.0.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
+    }
+    pub(crate) fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a valid u64; EAGAIN is fine.
+        unsafe {
+            libc::read(
+                self.0.as_raw_fd(),
+                &mut v as *mut u64 as *mut libc::c_void,
+                8,
+            )
+        };
+    }
+    pub(crate) fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// `ppoll` on up to a few descriptors; `None` waits forever. Returns the
+/// number of ready descriptors (0 on timeout); EINTR counts as a timeout.
+pub(crate) fn ppoll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
+    let ts;
+    let tsp = match timeout {
+        Some(d) => {
+            ts = libc::timespec {
+                tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+                tv_nsec: d.subsec_nanos() as libc::c_long,
+            };
+            &ts as *const libc::timespec
+        }
+        None => std::ptr::null(),
+    };
+    // SAFETY: fds is a valid slice of pollfd; tsp is null or points to ts.
+    let n = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(0);
+        }
+        return Err(e);
+    }
+    Ok(n as usize)
+}
+
+/// Lowers the calling thread's timer slack so that short sleeps (pacing
+/// deadlines of a few microseconds) are not stretched by the default 50 µs.
+pub(crate) fn set_timer_slack_ns(ns: u64) {
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sockaddr_round_trips() {
+        let cases: [SocketAddr; 3] = [
+            "127.0.0.1:4000".parse().unwrap(),
+            "[::1]:5000".parse().unwrap(),
+            "[fe80::1%2]:6000".parse().unwrap(),
+        ];
+        for a in cases {
+            let mut st: libc::sockaddr_storage = unsafe { mem::zeroed() };
+            let len = write_sockaddr(&a, a.is_ipv6(), &mut st);
+            assert_eq!(read_sockaddr(&st, len), Some(a));
+        }
+    }
+
+    #[test]
+    fn v4_on_v6_socket_is_mapped_and_unmapped() {
+        let a: SocketAddr = "10.1.2.3:99".parse().unwrap();
+        let mut st: libc::sockaddr_storage = unsafe { mem::zeroed() };
+        let len = write_sockaddr(&a, true, &mut st);
+        assert_eq!(st.ss_family as i32, libc::AF_INET6);
+        assert_eq!(read_sockaddr(&st, len), Some(a));
+    }
+
+    #[test]
+    fn short_or_unknown_sockaddr_is_rejected() {
+        let mut st: libc::sockaddr_storage = unsafe { mem::zeroed() };
+        assert_eq!(read_sockaddr(&st, 0), None);
+        st.ss_family = libc::AF_INET as libc::sa_family_t;
+        assert_eq!(read_sockaddr(&st, 4), None);
+    }
+
+    #[test]
+    fn eventfd_wakes_ppoll() {
+        let e = EventFd::new().unwrap();
+        let mut fds = [libc::pollfd {
+            fd: e.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        assert_eq!(ppoll(&mut fds, Some(Duration::from_millis(1))).unwrap(), 0);
+        e.ring();
+        assert_eq!(ppoll(&mut fds, Some(Duration::from_secs(5))).unwrap(), 1);
+        e.drain();
+        fds[0].revents = 0;
+        assert_eq!(ppoll(&mut fds, Some(Duration::from_millis(1))).unwrap(), 0);
+    }
+}

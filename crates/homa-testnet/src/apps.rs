@@ -123,8 +123,11 @@ impl App for TestApp {
         let now = ctx.now();
         match event {
             Event::Request { rpc, message } => {
-                let data = message.to_vec();
-                drop(message);
+                // Copy out and release the pool space before answering.
+                let data = {
+                    let m = message;
+                    m.to_vec()
+                };
                 let answer = match self.reply {
                     Reply::Echo => Some(Bytes::from(data.clone())),
                     Reply::Fixed(n) => Some(pattern(n, rpc.id)),

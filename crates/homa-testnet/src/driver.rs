@@ -229,10 +229,7 @@ impl<A: App> Engines<A> {
     fn pump(&mut self, net: &mut Fabric, h: HostId) {
         let now = net.now();
         let host = &mut self.hosts[h];
-        loop {
-            let Some(ev) = host.ep.as_mut().and_then(|e| e.poll_event()) else {
-                break;
-            };
+        while let Some(ev) = host.ep.as_mut().and_then(|e| e.poll_event()) {
             self.stats.app_events += 1;
             if net.trace_enabled() {
                 net.trace_mix(now);

@@ -183,6 +183,8 @@ struct Port {
     /// Bit p set iff `queues[p]` is non-empty.
     nonempty: u8,
     in_service: u32,
+    /// Single FIFO instead of strict priorities (e.g. a NIC that ignores them).
+    fifo: bool,
     occupancy: u64,
     q: [QueueStat; PRIORITIES],
     stats: LinkStats,
@@ -371,6 +373,7 @@ impl Fabric {
             queues: Default::default(),
             nonempty: 0,
             in_service: NONE,
+            fifo: false,
             occupancy: 0,
             q: [QueueStat {
                 last: self.now,
@@ -400,6 +403,13 @@ impl Fabric {
     /// do not fit are tail-dropped and counted per priority.
     pub fn set_buffer_limit(&mut self, l: LinkId, bytes: Option<u64>) {
         self.ports[l].info.buffer_limit = bytes;
+    }
+
+    /// With `false`, the port serves one FIFO queue regardless of priority
+    /// (statistics stay per priority). Default `true` (8 strict-priority queues).
+    /// Takes effect for packets queued from now on.
+    pub fn set_priority_queues(&mut self, l: LinkId, on: bool) {
+        self.ports[l].fifo = !on;
     }
 
     /// Sets the buffer limit of every switch output port.
@@ -658,8 +668,9 @@ impl Fabric {
             let t = now + tx_time(wire, p.info.rate_bps);
             self.queue.push(t, Ev::TxDone { port: port as u32 });
         } else {
-            p.queues[prio].push_back(slot);
-            p.nonempty |= 1 << prio;
+            let qi = if p.fifo { 0 } else { prio };
+            p.queues[qi].push_back(slot);
+            p.nonempty |= 1 << qi;
         }
         true
     }

@@ -126,6 +126,21 @@ fn high_priority_overtakes_backlog_at_nic() {
 }
 
 #[test]
+fn fifo_port_ignores_priority() {
+    let mut f = Fabric::star(2, G10, 100, 0);
+    f.set_priority_queues(f.host_nic(0).unwrap(), false);
+    let mut r = Rec::default();
+    for i in 0..5 {
+        f.send(0, 1, (i % 2 * 7) as u8, numbered(i, 1000));
+    }
+    f.run_until_idle(&mut r, u64::MAX);
+    let order: Vec<u64> = r.got.iter().map(|g| seqno(&g.data)).collect();
+    assert_eq!(order, vec![0, 1, 2, 3, 4]);
+    let st = f.link_stats(f.host_nic(0).unwrap());
+    assert_eq!((st.tx_packets_by_prio[0], st.tx_packets_by_prio[7]), (3, 2));
+}
+
+#[test]
 fn high_priority_overtakes_backlog_at_switch_and_fifo_within_priority() {
     // Hosts 0 and 1 both send to 2: the switch port toward 2 builds a queue.
     let mut f = Fabric::star(3, G10, 100, 100);

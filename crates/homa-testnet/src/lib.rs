@@ -18,7 +18,7 @@
 //!
 //! Same seed, same inputs: bit-identical runs. Time is virtual (u64 ns).
 //!
-//! ```no_run
+//! ```
 //! use homa_testnet::{EngineNet, Fabric, TestApp, Reply};
 //! use homa_proto::Config;
 //!

@@ -1139,6 +1139,63 @@ mod tests {
         assert_eq!(data(h(10, 3), b""), Err(DecodeError::EmptyData));
     }
 
+    /// A zero-length message travels as one DATA packet with an empty payload
+    /// at offset 0; that is the only empty DATA packet accepted.
+    #[test]
+    fn zero_length_message() {
+        let empty = DataHeader {
+            message_length: 0,
+            offset: 0,
+            unsched_bytes: 0,
+            cutoff_version: 1,
+            ack: 5,
+        };
+        for fc in [false, true] {
+            round_trip(
+                &common(fc, false),
+                &Body::Data {
+                    header: empty,
+                    payload: b"",
+                },
+            );
+        }
+        assert_eq!(
+            valid(&Body::Data {
+                header: empty,
+                payload: b""
+            })
+            .len(),
+            DATA_PACKET_OVERHEAD
+        );
+        let at = |offset| Body::Data {
+            header: DataHeader { offset, ..empty },
+            payload: b"",
+        };
+        assert_eq!(decode(&valid(&at(1))), Err(DecodeError::EmptyData));
+        let unsched = Body::Data {
+            header: DataHeader {
+                unsched_bytes: 1,
+                ..empty
+            },
+            payload: b"",
+        };
+        assert_eq!(decode(&valid(&unsched)), Err(DecodeError::BadUnsched(1, 0)));
+        // Any bytes at all are beyond a zero-length message.
+        let mut one = valid(&Body::Data {
+            header: empty,
+            payload: b"",
+        });
+        one.push(0);
+        assert_eq!(
+            decode(&one),
+            Err(DecodeError::DataOutOfRange {
+                offset: 0,
+                len: 1,
+                message_length: 0
+            })
+        );
+    }
+
     #[test]
     fn unsched_above_length() {
         let body = |unsched_bytes| Body::Data {

@@ -84,7 +84,7 @@ fn message_length() -> impl Strategy<Value = u32> {
 }
 
 fn data() -> impl Strategy<Value = OwnedBody> {
-    message_length()
+    let nonempty = message_length()
         .prop_flat_map(|ml| (Just(ml), 0..ml))
         .prop_flat_map(|(ml, offset)| {
             let max_len = (ml - offset).min(MAX_PAYLOAD) as usize;
@@ -93,12 +93,17 @@ fn data() -> impl Strategy<Value = OwnedBody> {
                 Just(offset),
                 prop::collection::vec(any::<u8>(), 1..=max_len),
                 0..=ml,
-                any::<u16>(),
-                prop_oneof![Just(0u64), any::<u64>()],
             )
-        })
+        });
+    // A zero-length message: one DATA packet, offset 0, empty payload.
+    let empty = Just((0u32, 0u32, Vec::new(), 0u32));
+    (
+        prop_oneof![9 => nonempty, 1 => empty],
+        any::<u16>(),
+        prop_oneof![Just(0u64), any::<u64>()],
+    )
         .prop_map(
-            |(message_length, offset, payload, unsched_bytes, cutoff_version, ack)| {
+            |((message_length, offset, payload, unsched_bytes), cutoff_version, ack)| {
                 OwnedBody::Data(
                     DataHeader {
                         message_length,

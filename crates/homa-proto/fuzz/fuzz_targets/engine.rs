@@ -2,4 +2,6 @@
 //! run against one `Endpoint`. See `homa_proto_fuzz::run_engine`.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| homa_proto_fuzz::run_engine(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    homa_proto_fuzz::run_engine(data);
+});

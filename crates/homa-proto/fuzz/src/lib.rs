@@ -87,6 +87,12 @@ pub fn decode_seeds() -> Vec<(String, Vec<u8>)> {
         cutoff_version: 1,
         ack,
     };
+    let empty = DataHeader {
+        message_length: 0,
+        offset: 0,
+        unsched_bytes: 0,
+        ..data(0)
+    };
     let payload: Vec<u8> = (0..1416u32).map(|i| i as u8).collect();
     let ids: Vec<u64> = (1..=MAX_ACKS_PER_PACKET as u64)
         .map(|i| 0x1000 + 2 * i)
@@ -118,6 +124,14 @@ pub fn decode_seeds() -> Vec<(String, Vec<u8>)> {
             Body::Data {
                 header: data(0),
                 payload: &payload,
+            },
+        ),
+        (
+            "data-empty-message",
+            c(true, false),
+            Body::Data {
+                header: empty,
+                payload: &[],
             },
         ),
         (
@@ -558,6 +572,16 @@ struct Harness {
     held: Vec<Message>,
     datagrams_in: usize,
     buf: Vec<u8>,
+    counts: Counts,
+}
+
+/// What a script achieved, so that tests can check that seeds reach deep states.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub requests: usize,
+    pub responses: usize,
+    pub failures: usize,
+    pub sent: [usize; 8],
 }
 
 const MAX_KNOWN: usize = 32;
@@ -583,6 +607,7 @@ impl Harness {
             held: Vec::new(),
             datagrams_in: 0,
             buf: Vec::new(),
+            counts: Counts::default(),
         }
     }
 
@@ -641,6 +666,7 @@ impl Harness {
             if let Packet::Data { payload, .. } = d.packet {
                 assert!(payload.len() <= self.cfg.max_data_per_packet());
             }
+            self.counts.sent[d.packet.packet_type().index()] += 1;
             let id = d.common.rpc_id;
             if d.packet.packet_type() == PacketType::Data && d.common.from_client {
                 assert!(
@@ -664,16 +690,21 @@ impl Harness {
                         "request from nowhere: {rpc:?}"
                     );
                     self.learn(rpc.id);
+                    self.counts.requests += 1;
                     if self.pending.len() < MAX_PENDING {
                         self.pending.push(rpc);
                     }
                     self.hold(message);
                 }
                 Event::Response { id, message } => {
+                    self.counts.responses += 1;
                     self.end(id);
                     self.hold(message);
                 }
-                Event::Failed { id, error: _ } => self.end(id),
+                Event::Failed { id, error: _ } => {
+                    self.counts.failures += 1;
+                    self.end(id);
+                }
             }
         }
         panic!("poll_event never ran dry");
@@ -796,9 +827,10 @@ fn encode_packet(cfg: &Config, known: &[u64], p: &ScriptPacket) -> Vec<u8> {
             cutoff_version,
             ack,
         } => {
-            // Clamp into a well-formed DATA packet.
-            let message_length = (*message_length).max(1);
-            let offset = offset % message_length;
+            // Clamp into a well-formed DATA packet (a zero-length message has
+            // one, empty, at offset 0).
+            let message_length = *message_length;
+            let offset = offset.checked_rem(message_length).unwrap_or(0);
             let len = (*len as u32)
                 .clamp(1, cfg.max_data_per_packet() as u32)
                 .min(message_length - offset);
@@ -849,7 +881,7 @@ fn pattern(len: u32) -> Bytes {
 }
 
 /// The `engine` target: runs a script (see [`Op`]) against a fresh endpoint.
-pub fn run_engine(data: &[u8]) {
+pub fn run_engine(data: &[u8]) -> Counts {
     let mut h = Harness::new();
     for op in parse_script(data) {
         h.step(&op);
@@ -861,6 +893,7 @@ pub fn run_engine(data: &[u8]) {
         h.step(&Op::Events);
         h.step(&Op::Timeout);
     }
+    h.counts
 }
 
 /// Valid packet sequences for the `engine` target.
@@ -903,6 +936,18 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
     ]);
     s.extend([tick.clone(), Op::Timeout, Op::Transmit { max: 8 }]);
     seeds.push(("server-small".to_string(), s));
+
+    // A zero-length request (one empty DATA packet) answered with nothing.
+    let mut s = vec![Op::Packet {
+        src: 3,
+        packet: pkt(IdSel::Raw(303), true, data(0, 0, 0)),
+    }];
+    s.extend([
+        Op::Events,
+        Op::Respond { pick: 0, len: 0 },
+        Op::Transmit { max: 8 },
+    ]);
+    seeds.push(("server-empty".to_string(), s));
 
     // A server receives a three-packet request, answers, and the client acks.
     let mut s: Vec<Op> = [0u32, 1416, 2832]
@@ -1153,12 +1198,25 @@ mod tests {
         }
     }
 
-    /// Runs the engine seeds through the target. Needs the real engine: with
-    /// the skeleton's `todo!()` bodies this fails at `Endpoint::new`.
+    /// Runs the engine seeds through the target, and checks that each gets
+    /// the engine where it was meant to (so the fuzzer starts from deep states).
     #[test]
-    fn engine_seeds_run_clean() {
-        for (_, ops) in engine_seeds() {
-            run_engine(&write_script(&ops));
+    fn engine_seeds_run_clean_and_reach_their_goal() {
+        let data = PacketType::Data.index();
+        for (name, ops) in engine_seeds() {
+            let c = run_engine(&write_script(&ops));
+            let ok = match name.as_str() {
+                "server-small" | "server-multi-ack" | "server-empty" => {
+                    c.requests == 1 && c.sent[data] >= 1
+                }
+                "client-small" | "client-scheduled" => {
+                    c.responses == 1 && c.sent[data] >= 1 && c.failures == 0
+                }
+                "client-control-timeout" => c.responses + c.failures == 1,
+                "limits" => c.requests >= 1,
+                _ => panic!("no goal for seed {name}"),
+            };
+            assert!(ok, "seed {name}: {c:?}");
         }
     }
 }

@@ -1,9 +1,20 @@
-//! The `homa` command. Each subcommand lives in its own module.
+//! The `homa` command. Each subcommand lives in its own module; this file
+//! only parses the command line and dispatches.
+
+mod bench;
+mod client;
+mod echo_bench;
+mod server;
+mod throughput_bench;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "homa", version, about = "Homa transport: benchmarks, simulator and tools")]
+#[command(
+    name = "homa",
+    version,
+    about = "Homa transport: benchmarks, simulator and tools"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -11,15 +22,21 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Placeholder until the first real subcommand lands.
-    Version,
+    /// Run a Homa echo server (or fixed-size replier).
+    Server(server::ServerArgs),
+    /// Send RPCs to a Homa server and report latency and throughput.
+    Client(client::ClientArgs),
+    /// Loopback round-trip latency: Homa vs raw UDP vs TCP, per message size.
+    EchoBench(echo_bench::EchoBenchArgs),
+    /// Loopback throughput of large messages: Homa vs one TCP connection.
+    ThroughputBench(throughput_bench::ThroughputBenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Version => {
-            println!("homa {}", env!("CARGO_PKG_VERSION"));
-            Ok(())
-        }
+        Command::Server(args) => server::run(args),
+        Command::Client(args) => client::run(args),
+        Command::EchoBench(args) => echo_bench::run(args),
+        Command::ThroughputBench(args) => throughput_bench::run(args),
     }
 }

@@ -956,6 +956,7 @@ impl Shared {
         }
     }
 
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn is_shut(&self) -> bool {
         self.shut.load(Acquire)
     }

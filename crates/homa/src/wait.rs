@@ -13,6 +13,7 @@ use std::thread::Thread;
 /// Someone to wake when a result arrives.
 pub(crate) enum Waiter {
     Thread(Thread),
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     Task(Waker),
 }
 

@@ -1,0 +1,221 @@
+//! The baselines Homa is compared with on loopback: a raw UDP ping-pong, a
+//! TCP ping-pong over one persistent connection with TCP_NODELAY, and a TCP
+//! one-way stream with a small reply per message. Every waiting side
+//! busy-polls for the same time as Homa before it blocks.
+
+use super::check_payload;
+use super::payload;
+use super::poll::{tcp_read_exact, tcp_write_all, udp_recv, Waiting};
+use super::report::{new_histogram, record};
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Largest payload of one UDP datagram (IPv4).
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// Round-trip times of `count` UDP echoes of `size` bytes (after `warmup`).
+/// A lost datagram (possible even on loopback under load) is resent after
+/// 200 ms and that sample is discarded.
+pub fn udp_pingpong(
+    size: usize,
+    count: u64,
+    warmup: u64,
+    poll: Duration,
+) -> anyhow::Result<Histogram<u64>> {
+    anyhow::ensure!(
+        size <= MAX_UDP_PAYLOAD,
+        "{size} bytes do not fit one UDP datagram"
+    );
+    let server = UdpSocket::bind("127.0.0.1:0")?;
+    server.set_nonblocking(true)?;
+    let addr = server.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut buf = vec![0u8; 65_536];
+        let w = Waiting {
+            stop: Some(&st),
+            ..Waiting::polling(poll)
+        };
+        loop {
+            match udp_recv(&server, &mut buf, w) {
+                Ok((n, from)) => {
+                    server.send_to(&buf[..n], from)?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    let client = UdpSocket::bind("127.0.0.1:0")?;
+    client.set_nonblocking(true)?;
+    let msg = payload(size, 1);
+    let mut buf = vec![0u8; 65_536];
+    let mut h = new_histogram();
+    let result = (|| -> anyhow::Result<()> {
+        for i in 0..warmup + count {
+            let t0 = Instant::now();
+            client.send_to(&msg, addr)?;
+            let w = Waiting {
+                deadline: Some(t0 + Duration::from_millis(200)),
+                ..Waiting::polling(poll)
+            };
+            match udp_recv(&client, &mut buf, w) {
+                Ok((n, _)) => {
+                    anyhow::ensure!(n == size, "echo of {n} bytes, sent {size}");
+                    if i >= warmup {
+                        record(&mut h, t0.elapsed().as_nanos() as u64);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        anyhow::ensure!(
+            check_payload(&buf[..size], 1),
+            "UDP echo corrupted the payload"
+        );
+        Ok(())
+    })();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("UDP echo thread panicked"))??;
+    result.map(|_| h)
+}
+
+fn tcp_pair() -> anyhow::Result<(TcpStream, TcpStream)> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let c = TcpStream::connect(l.local_addr()?)?;
+    let (s, _) = l.accept()?;
+    for x in [&c, &s] {
+        x.set_nodelay(true)?;
+        x.set_nonblocking(true)?;
+    }
+    Ok((c, s))
+}
+
+/// Round-trip times of `count` TCP echoes of `size` bytes on one connection.
+pub fn tcp_pingpong(
+    size: usize,
+    count: u64,
+    warmup: u64,
+    poll: Duration,
+) -> anyhow::Result<Histogram<u64>> {
+    let (mut c, mut s) = tcp_pair()?;
+    let total = warmup + count;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut buf = vec![0u8; size];
+        let w = Waiting::polling(poll);
+        for _ in 0..total {
+            tcp_read_exact(&mut s, &mut buf, w)?;
+            tcp_write_all(&mut s, &buf, w)?;
+        }
+        Ok(())
+    });
+    let msg = payload(size, 2);
+    let mut buf = vec![0u8; size];
+    let mut h = new_histogram();
+    let w = Waiting::polling(poll);
+    for i in 0..total {
+        let t0 = Instant::now();
+        tcp_write_all(&mut c, &msg, w).context("TCP client write")?;
+        tcp_read_exact(&mut c, &mut buf, w).context("TCP client read")?;
+        if i >= warmup {
+            record(&mut h, t0.elapsed().as_nanos() as u64);
+        }
+    }
+    anyhow::ensure!(check_payload(&buf, 2), "TCP echo corrupted the payload");
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("TCP echo thread panicked"))??;
+    Ok(h)
+}
+
+/// Messages of `size` bytes streamed over one TCP connection for `secs`,
+/// each answered by a `reply` -byte message, at most `window` unanswered.
+/// Returns (messages completed, elapsed seconds).
+pub fn tcp_throughput(
+    size: usize,
+    reply: usize,
+    window: usize,
+    secs: f64,
+    poll: Duration,
+) -> anyhow::Result<(u64, f64)> {
+    let (mut c, mut s) = tcp_pair()?;
+    let server = std::thread::spawn(move || -> std::io::Result<u64> {
+        let mut buf = vec![0u8; size];
+        let answer = vec![0u8; reply];
+        let w = Waiting::polling(poll);
+        let mut n = 0;
+        loop {
+            match tcp_read_exact(&mut s, &mut buf, w) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(n),
+                Err(e) => return Err(e),
+            }
+            n += 1;
+            tcp_write_all(&mut s, &answer, w)?;
+        }
+    });
+    let msg = payload(size, 3);
+    let mut rbuf = vec![0u8; reply];
+    let w = Waiting::polling(poll);
+    let window = window.max(1);
+    let mut outstanding = 0;
+    let mut done = 0u64;
+    let start = Instant::now();
+    let limit = Duration::from_secs_f64(secs);
+    while start.elapsed() < limit {
+        while outstanding < window {
+            tcp_write_all(&mut c, &msg, w)?;
+            outstanding += 1;
+        }
+        tcp_read_exact(&mut c, &mut rbuf, w)?;
+        outstanding -= 1;
+        done += 1;
+    }
+    while outstanding > 0 {
+        tcp_read_exact(&mut c, &mut rbuf, w)?;
+        outstanding -= 1;
+        done += 1;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    drop(c);
+    let served = server
+        .join()
+        .map_err(|_| anyhow::anyhow!("TCP server panicked"))??;
+    anyhow::ensure!(
+        served == done,
+        "server saw {served} messages, client {done}"
+    );
+    Ok((done, elapsed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_pingpong_measures_every_iteration() {
+        let h = udp_pingpong(100, 50, 5, Duration::from_micros(20)).unwrap();
+        assert!(h.len() >= 45, "{}", h.len());
+        assert!(h.value_at_quantile(0.5) > 0);
+        assert!(udp_pingpong(70_000, 1, 0, Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn tcp_pingpong_handles_multi_segment_messages() {
+        let h = tcp_pingpong(100_000, 20, 2, Duration::from_micros(20)).unwrap();
+        assert_eq!(h.len(), 20);
+    }
+
+    #[test]
+    fn tcp_throughput_counts_whole_messages() {
+        let (n, secs) = tcp_throughput(50_000, 8, 4, 0.05, Duration::from_micros(20)).unwrap();
+        assert!(n >= 4, "{n}");
+        assert!(secs >= 0.05);
+    }
+}

@@ -1,0 +1,167 @@
+//! Shared pieces of the benchmark subcommands: endpoint options, the
+//! busy-poll-then-block waiting used by the baselines, the raw UDP and TCP
+//! baselines themselves, and result reporting.
+
+pub mod baseline;
+pub mod poll;
+pub mod report;
+
+use clap::Args;
+use std::time::Duration;
+
+/// Options of a Homa endpoint, common to every subcommand that opens one.
+#[derive(Args, Clone, Debug)]
+pub struct HomaOpts {
+    /// IP MTU; the packet size is the largest UDP payload that fits it.
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: usize,
+    /// Link rate the engine paces to, in Gbit/s.
+    #[arg(long, default_value_t = 25.0)]
+    pub link_gbps: f64,
+    /// Busy-poll time (µs) before a waiting thread sleeps.
+    #[arg(long, default_value_t = 50)]
+    pub poll_us: u64,
+    /// Disable UDP GSO on transmit.
+    #[arg(long)]
+    pub no_gso: bool,
+    /// Disable UDP GRO on receive.
+    #[arg(long)]
+    pub no_gro: bool,
+    /// Engine parameter overrides, KEY=VALUE (repeatable). Keys:
+    /// rtt_us, unsched_bytes, grant_window, priority_levels,
+    /// unsched_priorities, max_overcommit, max_incoming, max_nic_queue_ns,
+    /// pacer_bypass_bytes, resend_interval_us, rpc_timeout_ms,
+    /// max_message_length, pool_mb, checksum (0/1), max_client_rpcs,
+    /// max_server_rpcs_per_peer, max_peers.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+impl HomaOpts {
+    /// The endpoint configuration these options describe.
+    pub fn config(&self) -> anyhow::Result<homa::EndpointConfig> {
+        let mut cfg = homa::EndpointConfig {
+            mtu: Some(self.mtu),
+            poll: Duration::from_micros(self.poll_us),
+            gso: !self.no_gso,
+            gro: !self.no_gro,
+            ..Default::default()
+        };
+        cfg.engine.link_bps = (self.link_gbps * 1e9) as u64;
+        for kv in &self.set {
+            set_engine_param(&mut cfg.engine, kv)?;
+        }
+        Ok(cfg)
+    }
+}
+
+/// Applies one `KEY=VALUE` override to the engine configuration.
+pub fn set_engine_param(c: &mut homa::EngineConfig, kv: &str) -> anyhow::Result<()> {
+    let (k, v) = kv
+        .split_once('=')
+        .ok_or_else(|| anyhow::anyhow!("expected KEY=VALUE, got {kv:?}"))?;
+    let n: u64 = v
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("{k}: {v:?} is not a non-negative integer"))?;
+    match k.trim() {
+        "rtt_us" => c.rtt_ns = n * 1000,
+        "unsched_bytes" => c.unsched_bytes = Some(n as u32),
+        "grant_window" => c.grant_window = Some(n as u32),
+        "priority_levels" => c.priority_levels = n as u8,
+        "unsched_priorities" => c.unsched_priorities = n as u8,
+        "max_overcommit" => c.max_overcommit = n as usize,
+        "max_incoming" => c.max_incoming = Some(n),
+        "max_nic_queue_ns" => c.max_nic_queue_ns = Some(n),
+        "pacer_bypass_bytes" => c.pacer_bypass_bytes = n as u32,
+        "resend_interval_us" => c.resend_interval_ns = n * 1000,
+        "rpc_timeout_ms" => c.rpc_timeout_ns = n * 1_000_000,
+        "max_message_length" => c.max_message_length = n as u32,
+        "pool_mb" => c.pool_bytes = (n as usize) << 20,
+        "checksum" => c.checksum = n != 0,
+        "max_client_rpcs" => c.max_client_rpcs = n as usize,
+        "max_server_rpcs_per_peer" => c.max_server_rpcs_per_peer = n as usize,
+        "max_peers" => c.max_peers = n as usize,
+        other => anyhow::bail!("unknown engine parameter {other:?}"),
+    }
+    Ok(())
+}
+
+/// Parses "100,1000,1e4"-style size lists (plain integers, optional k/m suffix).
+pub fn parse_sizes(s: &str) -> anyhow::Result<Vec<usize>> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| parse_size(p.trim()))
+        .collect()
+}
+
+/// Parses one size: "500000", "500k", "1m".
+pub fn parse_size(p: &str) -> anyhow::Result<usize> {
+    let (num, mul) = match p.chars().last() {
+        Some('k' | 'K') => (&p[..p.len() - 1], 1_000),
+        Some('m' | 'M') => (&p[..p.len() - 1], 1_000_000),
+        _ => (p, 1),
+    };
+    let n: usize = num.parse().map_err(|_| anyhow::anyhow!("bad size {p:?}"))?;
+    Ok(n * mul)
+}
+
+/// A payload whose bytes depend on their position and on `seed`, so that a
+/// misplaced or corrupted byte is caught by [`check_payload`].
+pub fn payload(len: usize, seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            ((i as u64)
+                .wrapping_mul(31)
+                .wrapping_add(seed.wrapping_mul(7))
+                >> 1) as u8
+        })
+        .collect()
+}
+
+/// Whether `data` is `payload(data.len(), seed)`.
+pub fn check_payload(data: &[u8], seed: u64) -> bool {
+    data.iter().enumerate().all(|(i, b)| {
+        *b == ((i as u64)
+            .wrapping_mul(31)
+            .wrapping_add(seed.wrapping_mul(7))
+            >> 1) as u8
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(
+            parse_sizes("100,1k, 2M").unwrap(),
+            vec![100, 1000, 2_000_000]
+        );
+        assert!(parse_sizes("10,x").is_err());
+    }
+
+    #[test]
+    fn engine_overrides_apply_and_reject_unknown_keys() {
+        let mut c = homa::EngineConfig::default();
+        set_engine_param(&mut c, "rtt_us=15").unwrap();
+        set_engine_param(&mut c, "checksum=0").unwrap();
+        set_engine_param(&mut c, "pool_mb=8").unwrap();
+        assert_eq!(c.rtt_ns, 15_000);
+        assert!(!c.checksum);
+        assert_eq!(c.pool_bytes, 8 << 20);
+        assert!(set_engine_param(&mut c, "bogus=1").is_err());
+        assert!(set_engine_param(&mut c, "rtt_us").is_err());
+        assert!(set_engine_param(&mut c, "rtt_us=-1").is_err());
+    }
+
+    #[test]
+    fn payload_check_catches_corruption() {
+        let mut p = payload(5000, 3);
+        assert!(check_payload(&p, 3));
+        assert!(!check_payload(&p, 4));
+        p[4321] ^= 1;
+        assert!(!check_payload(&p, 3));
+    }
+}

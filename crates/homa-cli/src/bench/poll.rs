@@ -1,0 +1,192 @@
+//! Busy-poll-then-block waiting for the raw UDP and TCP baselines, the same
+//! strategy the Homa runtime uses, so that the comparison is about the
+//! transports and not about how their callers wait.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long to spin before sleeping, a flag that ends the wait early and a
+/// deadline after which it fails with `TimedOut`.
+#[derive(Clone, Copy)]
+pub struct Waiting<'a> {
+    pub poll: Duration,
+    pub stop: Option<&'a AtomicBool>,
+    pub deadline: Option<Instant>,
+}
+
+impl Waiting<'_> {
+    /// Spin for `poll`, no stop flag, no deadline.
+    pub fn polling(poll: Duration) -> Waiting<'static> {
+        Waiting {
+            poll,
+            stop: None,
+            deadline: None,
+        }
+    }
+}
+
+/// Sleeps until `fd` is readable, at most `max`; returns false on timeout.
+pub fn block_readable(fd: RawFd, max: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = max.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(e);
+    }
+    Ok(r > 0)
+}
+
+/// Why a wait should end now, if it should.
+fn ended(w: &Waiting) -> Option<io::Error> {
+    if w.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+        return Some(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
+    }
+    if w.deadline.is_some_and(|d| Instant::now() >= d) {
+        return Some(io::ErrorKind::TimedOut.into());
+    }
+    None
+}
+
+/// Receives one datagram from a non-blocking socket, busy-polling first.
+pub fn udp_recv(sock: &UdpSocket, buf: &mut [u8], w: Waiting) -> io::Result<(usize, SocketAddr)> {
+    let start = Instant::now();
+    loop {
+        match sock.recv_from(buf) {
+            Ok(r) => return Ok(r),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if let Some(e) = ended(&w) {
+                    return Err(e);
+                }
+                if start.elapsed() < w.poll {
+                    std::hint::spin_loop();
+                } else {
+                    block_readable(sock.as_raw_fd(), Duration::from_millis(50))?;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Fills `buf` from a non-blocking stream, busy-polling first.
+pub fn tcp_read_exact(s: &mut TcpStream, buf: &mut [u8], w: Waiting) -> io::Result<()> {
+    let mut at = 0;
+    let mut start = Instant::now();
+    while at < buf.len() {
+        match s.read(&mut buf[at..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                at += n;
+                start = Instant::now();
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if let Some(e) = ended(&w) {
+                    return Err(e);
+                }
+                if start.elapsed() < w.poll {
+                    std::hint::spin_loop();
+                } else {
+                    block_readable(s.as_raw_fd(), Duration::from_millis(50))?;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` to a non-blocking stream, waiting for room as needed.
+pub fn tcp_write_all(s: &mut TcpStream, buf: &[u8], w: Waiting) -> io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match s.write(&buf[at..]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if let Some(e) = ended(&w) {
+                    return Err(e);
+                }
+                let mut p = libc::pollfd {
+                    fd: s.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut p, 1, 50) };
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn udp_recv_polls_then_blocks_and_stops() {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.set_nonblocking(true).unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        b.send_to(b"x", a.local_addr().unwrap()).unwrap();
+        let mut buf = [0u8; 16];
+        let w = Waiting::polling(Duration::from_micros(50));
+        assert_eq!(udp_recv(&a, &mut buf, w).unwrap().0, 1);
+        let stop = AtomicBool::new(true);
+        let w = Waiting {
+            stop: Some(&stop),
+            ..Waiting::polling(Duration::ZERO)
+        };
+        assert_eq!(
+            udp_recv(&a, &mut buf, w).unwrap_err().kind(),
+            io::ErrorKind::Interrupted
+        );
+        let w = Waiting {
+            deadline: Some(Instant::now() + Duration::from_millis(5)),
+            ..Waiting::polling(Duration::from_micros(10))
+        };
+        assert_eq!(
+            udp_recv(&a, &mut buf, w).unwrap_err().kind(),
+            io::ErrorKind::TimedOut
+        );
+    }
+
+    #[test]
+    fn tcp_exact_read_and_write() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        c.set_nonblocking(true).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let w = Waiting::polling(Duration::from_micros(50));
+        let data = vec![7u8; 300_000];
+        let t = std::thread::spawn(move || {
+            tcp_write_all(&mut c, &data, w).unwrap();
+            c
+        });
+        let mut got = vec![0u8; 300_000];
+        tcp_read_exact(&mut s, &mut got, w).unwrap();
+        assert!(got.iter().all(|b| *b == 7));
+        drop(t.join().unwrap());
+        assert_eq!(
+            tcp_read_exact(&mut s, &mut got[..1], w).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+    }
+}

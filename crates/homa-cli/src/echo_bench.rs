@@ -1,0 +1,159 @@
+//! `homa echo-bench`: round-trip latency on loopback of Homa, a raw UDP
+//! ping-pong and a TCP ping-pong, each waiting the same way (busy-poll, then
+//! block), for each message size.
+
+use crate::bench::baseline::{tcp_pingpong, udp_pingpong, MAX_UDP_PAYLOAD};
+use crate::bench::report::{new_histogram, print_latency_table, record, to_json, LatencyRow};
+use crate::bench::{check_payload, parse_sizes, payload, HomaOpts};
+use anyhow::Context;
+use bytes::Bytes;
+use clap::Args;
+use hdrhistogram::Histogram;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct EchoBenchArgs {
+    /// Message sizes in bytes, comma-separated (k and m suffixes allowed).
+    #[arg(long, default_value = "100,1000,10000,100000")]
+    pub sizes: String,
+    /// Round trips measured per size for messages up to 64 KB; larger sizes
+    /// run proportionally fewer (at least 100) so that each size moves about
+    /// the same number of bytes.
+    #[arg(long, default_value_t = 20_000)]
+    pub iters: u64,
+    /// Transports to measure, comma-separated: homa, udp, tcp.
+    #[arg(long, default_value = "homa,udp,tcp", value_delimiter = ',')]
+    pub transports: Vec<String>,
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub homa: HomaOpts,
+}
+
+/// Round trips to measure for `size`.
+fn count_for(iters: u64, size: usize) -> u64 {
+    let scaled = (iters as u128 * 65_536 / size.max(1) as u128) as u64;
+    scaled.min(iters).max(iters.min(100))
+}
+
+pub fn run(args: EchoBenchArgs) -> anyhow::Result<()> {
+    let sizes = parse_sizes(&args.sizes)?;
+    let poll = Duration::from_micros(args.homa.poll_us);
+    for t in &args.transports {
+        anyhow::ensure!(
+            ["homa", "udp", "tcp"].contains(&t.as_str()),
+            "unknown transport {t:?}"
+        );
+    }
+    let mut rows = Vec::new();
+    for &size in &sizes {
+        let count = count_for(args.iters, size);
+        let warmup = (count / 10).max(10);
+        for t in &args.transports {
+            let h = match t.as_str() {
+                "homa" => homa_echo(&args.homa, size, count, warmup).context("homa echo")?,
+                "udp" if size <= MAX_UDP_PAYLOAD => udp_pingpong(size, count, warmup, poll)?,
+                "udp" => continue,
+                _ => tcp_pingpong(size, count, warmup, poll)?,
+            };
+            let row = LatencyRow::from_histogram(t, size, &h);
+            if !args.json {
+                eprintln!("{t} {size}: p50 {:.2} µs", row.p50_us);
+            }
+            rows.push(row);
+        }
+    }
+    if args.json {
+        println!("{}", to_json(rows));
+    } else {
+        print_latency_table(&rows);
+        print_ratios(&rows);
+    }
+    Ok(())
+}
+
+/// Homa / UDP and Homa / TCP ratios, the numbers the performance goals use.
+fn print_ratios(rows: &[LatencyRow]) {
+    let find = |t: &str, s: usize| rows.iter().find(|r| r.transport == t && r.size == s);
+    for r in rows.iter().filter(|r| r.transport == "homa") {
+        for base in ["udp", "tcp"] {
+            if let Some(b) = find(base, r.size) {
+                println!(
+                    "size {:>8}: homa/{base} p50 {:.2}x  p99 {:.2}x",
+                    r.size,
+                    r.p50_us / b.p50_us.max(1e-9),
+                    r.p99_us / b.p99_us.max(1e-9)
+                );
+            }
+        }
+    }
+}
+
+/// Round trips of `size`-byte echoes between two Homa endpoints.
+pub fn homa_echo(
+    opts: &HomaOpts,
+    size: usize,
+    count: u64,
+    warmup: u64,
+) -> anyhow::Result<Histogram<u64>> {
+    let cfg = opts.config()?;
+    let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
+    let addr = server.local_addr();
+    let srv = server.clone();
+    let echo = std::thread::spawn(move || -> homa::Result<()> {
+        loop {
+            match srv.recv_request() {
+                Ok(req) => {
+                    let body = Bytes::from(req.message().to_vec());
+                    req.reply(body)?;
+                }
+                Err(homa::Error::Shutdown) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg)?;
+    let msg = Bytes::from(payload(size, 4));
+    let mut h = new_histogram();
+    let result = (|| -> anyhow::Result<()> {
+        for i in 0..warmup + count {
+            let t0 = Instant::now();
+            let reply = client.call(addr, msg.clone())?;
+            let ns = t0.elapsed().as_nanos() as u64;
+            anyhow::ensure!(
+                reply.len() == size,
+                "echo of {} bytes, sent {size}",
+                reply.len()
+            );
+            if i == 0 || i + 1 == warmup + count {
+                anyhow::ensure!(
+                    check_payload(&reply.contiguous(), 4),
+                    "Homa echo corrupted the payload"
+                );
+            }
+            if i >= warmup {
+                record(&mut h, ns);
+            }
+        }
+        Ok(())
+    })();
+    server.shutdown();
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+    result.map(|_| h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_sizes_run_fewer_iterations() {
+        assert_eq!(count_for(10_000, 100), 10_000);
+        assert_eq!(count_for(10_000, 65_536), 10_000);
+        assert_eq!(count_for(10_000, 655_360), 1_000);
+        assert_eq!(count_for(10_000, 100_000_000), 100);
+        assert_eq!(count_for(5, 100_000_000), 5);
+    }
+}

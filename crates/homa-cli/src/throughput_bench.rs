@@ -1,0 +1,138 @@
+//! `homa throughput-bench`: a one-way stream of large messages, each answered
+//! by a small reply, over Homa and over one TCP connection, on loopback.
+
+use crate::bench::baseline::tcp_throughput;
+use crate::bench::report::{gbps, print_throughput_table, to_json, ThroughputRow};
+use crate::bench::{parse_size, payload, HomaOpts};
+use anyhow::Context;
+use bytes::Bytes;
+use clap::Args;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct ThroughputBenchArgs {
+    /// Message size in bytes (k and m suffixes allowed).
+    #[arg(long, default_value = "500000", value_parser = parse_size)]
+    pub size: usize,
+    /// Seconds to run each transport.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Messages in flight at once (unanswered), for both transports.
+    #[arg(long, default_value_t = 4)]
+    pub window: usize,
+    /// Size of the reply to each message.
+    #[arg(long, default_value_t = 8)]
+    pub reply_size: usize,
+    /// Transports to measure, comma-separated: homa, tcp.
+    #[arg(long, default_value = "homa,tcp", value_delimiter = ',')]
+    pub transports: Vec<String>,
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub homa: HomaOpts,
+}
+
+pub fn run(args: ThroughputBenchArgs) -> anyhow::Result<()> {
+    let poll = Duration::from_micros(args.homa.poll_us);
+    let mut rows = Vec::new();
+    for t in &args.transports {
+        let (count, secs) = match t.as_str() {
+            "homa" => homa_stream(&args).context("homa stream")?,
+            "tcp" => tcp_throughput(args.size, args.reply_size, args.window, args.seconds, poll)?,
+            other => anyhow::bail!("unknown transport {other:?}"),
+        };
+        rows.push(ThroughputRow {
+            transport: t.clone(),
+            size: args.size,
+            count,
+            gbps: gbps(count * args.size as u64, secs),
+        });
+    }
+    if args.json {
+        println!("{}", to_json(rows));
+    } else {
+        print_throughput_table(&rows);
+        let find = |t: &str| rows.iter().find(|r| r.transport == t);
+        if let (Some(h), Some(t)) = (find("homa"), find("tcp")) {
+            println!("homa/tcp throughput: {:.2}x", h.gbps / t.gbps.max(1e-9));
+        }
+    }
+    Ok(())
+}
+
+/// Streams messages to a Homa echo server with `window` in flight; returns
+/// (messages answered, seconds).
+fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
+    let cfg = args.homa.config()?;
+    let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
+    let addr = server.local_addr();
+    let srv = server.clone();
+    let reply = Bytes::from(vec![0u8; args.reply_size]);
+    let size = args.size;
+    let sink = std::thread::spawn(move || -> homa::Result<u64> {
+        let mut n = 0;
+        loop {
+            match srv.recv_request() {
+                Ok(req) => {
+                    if req.message().len() != size {
+                        return Err(homa::Error::InvalidArgument(format!(
+                            "request of {} bytes, expected {size}",
+                            req.message().len()
+                        )));
+                    }
+                    n += 1;
+                    req.reply(reply.clone())?;
+                }
+                Err(homa::Error::Shutdown) => return Ok(n),
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg)?;
+    let msg = Bytes::from(payload(args.size, 5));
+    let limit = Duration::from_secs_f64(args.seconds);
+    let result = (|| -> anyhow::Result<(u64, f64)> {
+        let start = Instant::now();
+        let mut outstanding = 0;
+        let mut done = 0u64;
+        loop {
+            let more = start.elapsed() < limit;
+            while more && outstanding < args.window.max(1) {
+                client.send_request_shared(addr, msg.clone())?;
+                outstanding += 1;
+            }
+            if outstanding == 0 {
+                break;
+            }
+            let r = client.recv_response()?;
+            r.result?;
+            outstanding -= 1;
+            done += 1;
+        }
+        Ok((done, start.elapsed().as_secs_f64()))
+    })();
+    let stats = client.socket_stats();
+    let m = client.metrics();
+    server.shutdown();
+    let served = sink
+        .join()
+        .map_err(|_| anyhow::anyhow!("server thread panicked"))??;
+    let (done, secs) = result?;
+    anyhow::ensure!(
+        served >= done,
+        "server answered {served} messages, client saw {done}"
+    );
+    if !args.json {
+        eprintln!(
+            "homa client: {} packets in {} sendmmsg calls ({} GSO sends), {} retransmitted, {} resends; gso/gro {:?}",
+            stats.packets_sent,
+            stats.send_calls,
+            stats.gso_sends,
+            m.retransmitted_packets,
+            m.resends_sent,
+            client.offloads()
+        );
+    }
+    Ok((done, secs))
+}

@@ -1,0 +1,387 @@
+//! Integration tests over real loopback sockets: payload integrity under
+//! concurrency, maximum-length messages, IPv6, injected loss, shutdown with
+//! RPCs in flight, hostile datagrams, unreachable peers, an unresponsive
+//! server application and 10,000 outstanding RPCs on one endpoint.
+
+use bytes::Bytes;
+use homa::{Endpoint, EndpointConfig, Error, FaultInjector};
+use std::net::SocketAddr;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Bytes that depend on position and seed, so misplaced data is caught.
+fn payload(len: usize, seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(131).wrapping_add(seed.wrapping_mul(0x9E37)) as u8 ^ (i >> 9) as u8)
+        .collect()
+}
+
+fn cfg() -> EndpointConfig {
+    EndpointConfig {
+        // Short waits keep the tests quick on a busy machine.
+        poll: Duration::from_micros(20),
+        ..Default::default()
+    }
+}
+
+/// An echo server with `threads` workers; returns its endpoint and workers.
+fn echo_server(addr: &str, c: EndpointConfig, threads: usize) -> (Endpoint, Vec<JoinHandle<u64>>) {
+    let ep = Endpoint::bind_with(addr, c).unwrap();
+    let workers = (0..threads)
+        .map(|_| {
+            let ep = ep.clone();
+            std::thread::spawn(move || {
+                let mut n = 0;
+                loop {
+                    match ep.recv_request() {
+                        Ok(req) => {
+                            let body = Bytes::from(req.message().to_vec());
+                            match req.reply(body) {
+                                Ok(()) | Err(Error::InvalidArgument(_)) => n += 1,
+                                Err(Error::Shutdown) => return n,
+                                Err(e) => panic!("reply failed: {e}"),
+                            }
+                        }
+                        Err(Error::Shutdown) => return n,
+                        Err(e) => panic!("recv_request failed: {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    (ep, workers)
+}
+
+fn stop(server: Endpoint, workers: Vec<JoinHandle<u64>>) -> u64 {
+    server.shutdown();
+    workers.into_iter().map(|w| w.join().unwrap()).sum()
+}
+
+#[test]
+fn many_threads_many_rpcs_with_payload_checks() {
+    let (server, workers) = echo_server("127.0.0.1:0", cfg(), 2);
+    let addr = server.local_addr();
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                for i in 0..150u64 {
+                    // Sizes from empty through several packets to ~40 KB.
+                    let len = match i % 6 {
+                        0 => 0,
+                        1 => 1,
+                        2 => 100,
+                        3 => 1500,
+                        4 => 9_000,
+                        _ => 40_000 + (i as usize * 37) % 1000,
+                    };
+                    let seed = t * 1000 + i;
+                    let reply = client.call(addr, payload(len, seed)).unwrap();
+                    assert_eq!(reply.len(), len);
+                    assert!(reply == payload(len, seed)[..], "thread {t} rpc {i} corrupted");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(stop(server, workers), 600);
+    assert_eq!(client.engine_stats().client_rpcs, 0);
+}
+
+#[test]
+fn private_rpcs_are_awaited_by_their_own_handle_in_any_order() {
+    let (server, workers) = echo_server("127.0.0.1:0", cfg(), 1);
+    let addr = server.local_addr();
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let pending: Vec<_> = (0..20u64)
+        .map(|i| client.send_request(addr, payload(200 + i as usize, i)).unwrap())
+        .collect();
+    let ids: std::collections::HashSet<_> = pending.iter().map(|p| p.id()).collect();
+    assert_eq!(ids.len(), 20);
+    for (i, p) in pending.into_iter().enumerate().rev() {
+        let m = p.wait().unwrap();
+        assert!(m == payload(200 + i, i as u64)[..]);
+    }
+    // Shared RPCs: any thread collects them from the response queue.
+    let mut want = std::collections::HashMap::new();
+    for i in 0..10u64 {
+        want.insert(client.send_request_shared(addr, payload(50, i)).unwrap(), i);
+    }
+    for _ in 0..10 {
+        let r = client.recv_response().unwrap();
+        let seed = want.remove(&r.id).expect("known id");
+        assert_eq!(r.peer, addr);
+        assert!(r.result.unwrap() == payload(50, seed)[..]);
+    }
+    assert!(client.recv_response_timeout(Duration::from_millis(5)).unwrap().is_none());
+    stop(server, workers);
+}
+
+#[test]
+fn any_thread_may_reply() {
+    let server = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let addr = server.local_addr();
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let pending = client.send_request(addr, &b"question"[..]).unwrap();
+    let req = server.recv_request_timeout(Duration::from_secs(5)).unwrap().unwrap();
+    assert_eq!(req.peer(), client.local_addr());
+    let (msg, responder) = req.into_parts();
+    assert_eq!(msg.to_vec(), b"question");
+    std::thread::spawn(move || responder.reply(&b"answer"[..]).unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(pending.wait().unwrap().to_vec(), b"answer");
+}
+
+#[test]
+fn maximum_length_messages_and_too_long_ones() {
+    let (server, workers) = echo_server("127.0.0.1:0", cfg(), 1);
+    let addr = server.local_addr();
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let max = client.config().engine.max_message_length as usize;
+    let big = payload(max, 9);
+    let reply = client.call(addr, big.clone()).unwrap();
+    assert_eq!(reply.len(), max);
+    assert!(reply == big[..]);
+    assert_eq!(reply.fragments().map(|f| f.len()).sum::<usize>(), max);
+    let mut tail = [0u8; 10];
+    assert_eq!(reply.copy_to(max - 5, &mut tail), 5);
+    assert_eq!(tail[..5], big[max - 5..]);
+    match client.call(addr, vec![0u8; max + 1]) {
+        Err(Error::MessageTooLong { len, max: m }) => assert_eq!((len, m), (max + 1, max)),
+        other => panic!("expected MessageTooLong, got {other:?}"),
+    }
+    stop(server, workers);
+}
+
+#[test]
+fn ipv6_loopback_and_dual_stack() {
+    let Ok(server) = Endpoint::bind_with("[::1]:0", cfg()) else {
+        eprintln!("skipping ipv6 test: ::1 is not available on this machine");
+        return;
+    };
+    drop(server);
+    let (server, workers) = echo_server("[::1]:0", cfg(), 1);
+    let client = Endpoint::bind_with("[::1]:0", cfg()).unwrap();
+    for len in [10usize, 3000, 200_000] {
+        let m = client.call(server.local_addr(), payload(len, 3)).unwrap();
+        assert!(m == payload(len, 3)[..]);
+    }
+    // A v6 socket bound to ::1 cannot reach a v4 peer: a clear error.
+    let v4: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    assert!(matches!(client.call(v4, &b"x"[..]), Err(Error::InvalidArgument(_))));
+    // A dual-stack endpoint talks to v4 peers.
+    if let Ok(dual) = Endpoint::bind_with("[::]:0", cfg()) {
+        let (v4server, w4) = echo_server("127.0.0.1:0", cfg(), 1);
+        let m = dual.call(v4server.local_addr(), &b"dual"[..]).unwrap();
+        assert_eq!(m.to_vec(), b"dual");
+        stop(v4server, w4);
+    }
+    stop(server, workers);
+}
+
+#[test]
+fn injected_loss_is_recovered() {
+    let lossy = |seed| EndpointConfig {
+        fault: Some(FaultInjector {
+            rx_loss: 0.05,
+            tx_loss: 0.05,
+            seed,
+        }),
+        ..cfg()
+    };
+    let (server, workers) = echo_server("127.0.0.1:0", lossy(1), 1);
+    let addr = server.local_addr();
+    let client = Endpoint::bind_with("127.0.0.1:0", lossy(2)).unwrap();
+    let start = Instant::now();
+    for i in 0..60u64 {
+        let len = [100usize, 5_000, 60_000][i as usize % 3];
+        let m = client.call(addr, payload(len, i)).unwrap();
+        assert!(m == payload(len, i)[..], "rpc {i} corrupted under loss");
+    }
+    let s = client.socket_stats();
+    assert!(s.injected_rx_drops + s.injected_tx_drops > 0, "{s:?}");
+    let m = client.metrics();
+    assert!(m.resends_sent + m.retransmitted_packets + server.metrics().resends_sent > 0);
+    eprintln!("60 lossy RPCs in {:?}", start.elapsed());
+    stop(server, workers);
+}
+
+#[test]
+fn shutdown_fails_pending_rpcs_and_never_hangs() {
+    // A server application that never answers.
+    let server = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let addr = server.local_addr();
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let waiters: Vec<_> = (0..4)
+        .map(|i| {
+            let p = client.send_request(addr, payload(100 + i * 50_000, 1)).unwrap();
+            std::thread::spawn(move || p.wait())
+        })
+        .collect();
+    let c2 = client.clone();
+    let shared_waiter = std::thread::spawn(move || {
+        c2.send_request_shared(addr, &b"s"[..]).unwrap();
+        c2.recv_response()
+    });
+    let c3 = client.clone();
+    let request_waiter = std::thread::spawn(move || c3.recv_request());
+    std::thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    client.shutdown();
+    for w in waiters {
+        assert!(matches!(w.join().unwrap(), Err(Error::Shutdown)));
+    }
+    match shared_waiter.join().unwrap() {
+        // Either the failure itself or the closed queue.
+        Ok(r) => assert!(matches!(r.result, Err(Error::Shutdown))),
+        Err(e) => assert!(matches!(e, Error::Shutdown)),
+    }
+    assert!(matches!(request_waiter.join().unwrap(), Err(Error::Shutdown)));
+    assert!(t.elapsed() < Duration::from_secs(1), "shutdown took {:?}", t.elapsed());
+    assert!(matches!(client.call(addr, &b"late"[..]), Err(Error::Shutdown)));
+    assert!(client.is_shut_down());
+    // Dropping the last handle of the other endpoint shuts it down too.
+    drop(server);
+}
+
+#[test]
+fn garbage_datagrams_are_counted_and_dropped() {
+    let (server, workers) = echo_server("127.0.0.1:0", cfg(), 1);
+    let addr = server.local_addr();
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    // A real packet to forge from: capture the client's request on a raw socket.
+    let spy = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    spy.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _p = client.send_request(spy.local_addr().unwrap(), payload(3000, 5)).unwrap();
+    let mut real = vec![0u8; 65_536];
+    let n = spy.recv(&mut real).unwrap();
+    real.truncate(n);
+
+    let attacker = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut sent = 0u64;
+    let mut rng = 0x1234_5678_9abc_def0u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for i in 0..600usize {
+        let d: Vec<u8> = match i % 6 {
+            0 => (0..(next() % 1500) as usize).map(|_| next() as u8).collect(),
+            1 => real[..(next() as usize % real.len())].to_vec(),
+            2 => {
+                let mut f = real.clone();
+                let at = next() as usize % f.len();
+                f[at] ^= 1 << (next() % 8);
+                f
+            }
+            3 => Vec::new(),
+            4 => vec![0xff; 64],
+            _ => {
+                let mut f = real.clone();
+                f.truncate(40);
+                f
+            }
+        };
+        attacker.send_to(&d, addr).unwrap();
+        sent += 1;
+        if i % 100 == 0 {
+            // The server keeps serving correct replies throughout.
+            let m = client.call(addr, payload(777, i as u64)).unwrap();
+            assert!(m == payload(777, i as u64)[..]);
+        }
+    }
+    // The real, unmodified request (from a socket the server never hears
+    // back from usefully) is legal; everything else must have been dropped.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = server.metrics();
+        let s = server.socket_stats();
+        let dropped = m.total_drops() + s.truncated;
+        if dropped >= sent * 9 / 10 || Instant::now() > deadline {
+            assert!(dropped >= sent * 9 / 10, "only {dropped} of {sent} hostile datagrams counted: {m:?}");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let m = client.call(addr, payload(50_000, 77)).unwrap();
+    assert!(m == payload(50_000, 77)[..]);
+    stop(server, workers);
+}
+
+#[test]
+fn unreachable_peer_fails_fast() {
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let t = Instant::now();
+    match client.call(dead, &b"anyone?"[..]) {
+        Err(Error::PeerUnreachable(a)) => assert_eq!(a, dead),
+        other => panic!("expected PeerUnreachable, got {other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(1));
+    let bad: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    assert!(matches!(client.call(bad, &b"x"[..]), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn unresponsive_server_application_stays_bounded_and_clients_time_out() {
+    // The server endpoint is open but its application never receives.
+    let server_cfg = EndpointConfig {
+        engine: homa::EngineConfig {
+            max_server_rpcs_per_peer: 64,
+            pool_bytes: 4 << 20,
+            ..Default::default()
+        },
+        ..cfg()
+    };
+    let server = Endpoint::bind_with("127.0.0.1:0", server_cfg).unwrap();
+    let addr = server.local_addr();
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..300u64 {
+        ids.push(client.send_request(addr, payload(if i % 10 == 0 { 100_000 } else { 1000 }, i)).unwrap());
+    }
+    let start = Instant::now();
+    let mut timeouts = 0;
+    for p in ids {
+        let left = Duration::from_millis(400).saturating_sub(start.elapsed());
+        match p.wait_timeout(left) {
+            Err(Error::Timeout) => timeouts += 1,
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+    }
+    assert_eq!(timeouts, 300);
+    let st = server.engine_stats();
+    assert!(st.server_rpcs <= 64, "{st:?}");
+    assert!(server.queued_requests() <= 64);
+    assert!(st.pool_bpages_in_use <= (4 << 20) / homa_proto::BPAGE_SIZE, "{st:?}");
+    // The client abandoned its RPCs: nothing is left on its side.
+    assert_eq!(client.engine_stats().client_rpcs, 0);
+}
+
+#[test]
+fn ten_thousand_outstanding_rpcs_on_one_endpoint() {
+    let (server, workers) = echo_server("127.0.0.1:0", cfg(), 1);
+    let addr = server.local_addr();
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let n = 10_000u64;
+    let mut want = std::collections::HashMap::new();
+    for i in 0..n {
+        want.insert(client.send_request_shared(addr, payload(64, i)).unwrap(), i);
+    }
+    assert!(client.engine_stats().client_rpcs > 0);
+    let mut got = 0;
+    while got < n {
+        let r = client.recv_response_timeout(Duration::from_secs(20)).unwrap().expect("response within 20 s");
+        let seed = want.remove(&r.id).expect("known id");
+        assert!(r.result.unwrap() == payload(64, seed)[..]);
+        got += 1;
+    }
+    assert!(want.is_empty());
+    assert_eq!(stop(server, workers), n);
+}

@@ -83,6 +83,14 @@ pub struct EndpointStats {
     pub tombstones: usize,
     pub pool_bpages_in_use: usize,
     pub pool_empty: bool,
+    /// Incoming messages with granted scheduled bytes not yet received.
+    pub granted_messages: usize,
+    /// Scheduled bytes granted but not yet received (bounded by `max_incoming`).
+    pub incoming_bytes: u64,
+    /// Incoming messages waiting for pool space.
+    pub pool_waiters: usize,
+    /// Outgoing messages with bytes to send.
+    pub sendable_messages: usize,
 }
 
 /// Most control packets queued for transmission; beyond this they are dropped
@@ -253,6 +261,16 @@ impl Endpoint {
             tombstones: self.tombstones.len(),
             pool_bpages_in_use: self.pool.bpages_in_use(),
             pool_empty: self.pool.is_empty(),
+            granted_messages: self
+                .rpcs
+                .iter()
+                .flatten()
+                .filter_map(|r| r.inc.as_ref())
+                .filter(|m| m.outstanding() > 0)
+                .count(),
+            incoming_bytes: self.incoming_total,
+            pool_waiters: self.pool_waiters.len(),
+            sendable_messages: self.sendable.len(),
         }
     }
 

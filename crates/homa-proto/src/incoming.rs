@@ -319,12 +319,15 @@ impl Endpoint {
             && self.grantable.len() > k
         {
             let oldest = self.grantable_by_age.first().unwrap().1;
-            if !top.contains(&oldest) {
-                self.grant_fifo_credit -= fifo_quantum;
-                self.grant_one(oldest, 0, true);
-            } else {
+            let idle = self.rpcs[oldest as usize]
+                .as_ref()
+                .and_then(|r| r.inc.as_ref())
+                .is_some_and(|m| m.outstanding() == 0);
+            if top.contains(&oldest) {
                 // The oldest is already being served; don't let credit pile up.
                 self.grant_fifo_credit = 0;
+            } else if idle && self.grant_one(oldest, 0, true) > 0 {
+                self.grant_fifo_credit -= fifo_quantum;
             }
         }
         self.scratch_keys = top;
@@ -351,7 +354,9 @@ impl Endpoint {
         if target < inc.len && delta < dpp {
             return 0;
         }
-        if delta as u64 > room {
+        // FIFO grants are exempt from the cap (they are rare, and only go to a
+        // message with nothing outstanding), or a full cap would starve them.
+        if !fifo && delta as u64 > room {
             if room < dpp as u64 {
                 return 0;
             }

@@ -247,6 +247,7 @@ impl Endpoint {
             });
             return;
         };
+        let dpp = self.data_per_packet as u64;
         let rpc = self.rpc(key);
         rpc.last_heard = now;
         let Some(out) = rpc.out.as_mut() else {
@@ -261,7 +262,11 @@ impl Endpoint {
             out.granted = want_end;
             out.sched_priority = r.priority;
         }
-        let end = want_end.min(out.next_offset);
+        // Packets are cut at multiples of the packet payload size, and a packet
+        // may cross the granted offset; resend whole packets so that a range
+        // ending inside one is covered entirely.
+        let whole = (want_end as u64).div_ceil(dpp) * dpp;
+        let end = (whole.min(out.len as u64) as u32).min(out.next_offset);
         let zero_len = out.len == 0 && out.zero_sent && r.offset == 0;
         if r.offset < end || zero_len {
             let (start, end) = match out.retx {

@@ -1,0 +1,466 @@
+//! Protocol behaviour of the homa-proto engine on the deterministic test
+//! network: SRPT at sender and receiver, overcommitment, priorities, every loss
+//! recovery path, BUSY, ACK-based cleanup, at-most-once, pool exhaustion and
+//! timeouts.
+
+use bytes::Bytes;
+use homa_proto::{Config, Event, Message, RpcError, RpcId, ServerRpc};
+use homa_testnet::{
+    pattern, App, Cut, EngineNet, Fabric, HostCtx, Partition, Record, Reply, TestApp,
+};
+
+const G25: u64 = 25_000_000_000;
+const MS: u64 = 1_000_000;
+
+fn star(n: usize) -> Fabric {
+    Fabric::star(n, G25, 500, 250).with_seed(1)
+}
+
+fn net_with(n: usize, config: Config, reply: Reply) -> EngineNet<TestApp> {
+    EngineNet::uniform(star(n), config, |_| TestApp::new(reply)).unwrap()
+}
+
+fn requests_seen(net: &EngineNet<TestApp>, h: usize) -> Vec<(ServerRpc, Vec<u8>)> {
+    net.app(h)
+        .requests()
+        .map(|(r, d)| (*r, d.to_vec()))
+        .collect()
+}
+
+fn all_idle(net: &EngineNet<TestApp>) -> bool {
+    (0..net.n_hosts()).all(|h| {
+        let s = net.endpoint(h).stats();
+        s.client_rpcs == 0 && s.server_rpcs == 0 && s.pool_empty
+    })
+}
+
+fn data_prio_packets(net: &EngineNet<TestApp>, h: usize) -> [u64; 8] {
+    let l = net.fabric().host_nic(h).unwrap();
+    net.fabric().link_stats(l).tx_packets_by_prio
+}
+
+#[test]
+fn sender_srpt_sends_shortest_message_first() {
+    // One sender, four messages to four different receivers (so receiver-side
+    // scheduling plays no part), issued largest first at the same instant.
+    let mut net = net_with(5, Config::default(), Reply::Fixed(1));
+    let sizes = [1_000_000usize, 400_000, 100_000, 20_000];
+    let ids: Vec<RpcId> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| net.send_request(0, i + 1, pattern(s, i as u64)).unwrap())
+        .collect();
+    assert!(net.run_until_cond(100 * MS, |n| n.app(0).responses() == 4));
+    let times: Vec<u64> = ids
+        .iter()
+        .map(|id| net.app(0).finished_at(*id).unwrap())
+        .collect();
+    // Completion order is the reverse of issue order: shortest first.
+    for w in times.windows(2) {
+        assert!(w[0] > w[1], "completion times {times:?}");
+    }
+    // The 20 KB message did not wait behind the 1 MB one: it finished in well
+    // under the 1 MB message's transmission time (320 µs at 25 Gbps).
+    assert!(times[3] < 50_000, "short message took {} ns", times[3]);
+}
+
+#[test]
+fn receiver_srpt_grants_shortest_message_first() {
+    // Four senders to one receiver at once; the receiver's grants decide.
+    let config = Config {
+        max_overcommit: 1,
+        ..Config::default()
+    };
+    let mut net = net_with(5, config, Reply::Fixed(1));
+    let sizes = [800_000usize, 600_000, 400_000, 200_000];
+    let ids: Vec<(usize, RpcId)> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| {
+            (
+                i + 1,
+                net.send_request(i + 1, 0, pattern(s, i as u64)).unwrap(),
+            )
+        })
+        .collect();
+    assert!(net.run_until_cond(100 * MS, |n| (1..5).all(|h| n.app(h).responses() == 1)));
+    let times: Vec<u64> = ids
+        .iter()
+        .map(|(h, id)| net.app(*h).finished_at(*id).unwrap())
+        .collect();
+    for w in times.windows(2) {
+        assert!(w[0] > w[1], "completion times {times:?}");
+    }
+}
+
+#[test]
+fn overcommitment_and_incoming_cap_are_respected() {
+    let config = Config {
+        max_overcommit: 3,
+        grant_fifo_permille: 0,
+        ..Config::default()
+    };
+    let max_incoming = config.effective_max_incoming();
+    let mut net = net_with(9, config, Reply::Fixed(1));
+    for h in 1..9 {
+        net.send_request(h, 0, pattern(500_000, h as u64)).unwrap();
+    }
+    let mut most = 0;
+    while !(1..9).all(|h| net.app(h).responses() == 1) {
+        assert!(net.now() < 200 * MS, "did not finish");
+        net.run_for(2_000);
+        let s = net.endpoint(0).stats();
+        assert!(s.granted_messages <= 3, "{s:?}");
+        assert!(s.incoming_bytes <= max_incoming, "{s:?}");
+        most = most.max(s.granted_messages);
+    }
+    // With eight candidates the receiver really does keep three going.
+    assert_eq!(most, 3);
+}
+
+#[test]
+fn fifo_grants_let_a_large_message_progress() {
+    // One huge message competes with a stream of shorter ones; with FIFO grants
+    // it keeps receiving some bandwidth instead of starving.
+    let config = Config {
+        max_overcommit: 1,
+        grant_fifo_permille: 100,
+        ..Config::default()
+    };
+    let mut net = net_with(3, config, Reply::Fixed(1));
+    let big = net.send_request(1, 0, pattern(1_000_000, 9)).unwrap();
+    let mut sent = 0;
+    while net.app(1).finished_at(big).is_none() {
+        assert!(net.now() < 100 * MS, "large message starved");
+        if net.endpoint(2).stats().client_rpcs < 2 && sent < 200 {
+            net.send_request(2, 0, pattern(300_000, sent)).unwrap();
+            sent += 1;
+        }
+        net.run_for(5_000);
+    }
+    assert!(
+        sent < 200,
+        "the large message only finished after the stream ended"
+    );
+}
+
+#[test]
+fn priorities_follow_cutoffs_and_rank() {
+    let mut net = net_with(5, Config::default(), Reply::Fixed(1));
+    // Short requests: unscheduled, highest level.
+    for i in 0..5 {
+        net.send_request(1, 0, pattern(100, i)).unwrap();
+    }
+    assert!(net.run_until_cond(10 * MS, |n| n.app(1).responses() == 5));
+    let p = data_prio_packets(&net, 1);
+    assert_eq!(p[7], 5, "{p:?}");
+    assert_eq!(p.iter().sum::<u64>(), p[7], "{p:?}");
+    // A 5 KB message: level 6 by the default cutoffs (1000 < 5000 <= 10000).
+    net.send_request(2, 0, pattern(5_000, 1)).unwrap();
+    assert!(net.run_until_cond(10 * MS, |n| n.app(2).responses() == 1));
+    let p = data_prio_packets(&net, 2);
+    assert_eq!(p[6], 4, "{p:?}");
+    // One large message alone: unscheduled part at level 4 (the last
+    // unscheduled level), scheduled part at the lowest level, 0.
+    net.send_request(3, 0, pattern(500_000, 2)).unwrap();
+    assert!(net.run_until_cond(50 * MS, |n| n.app(3).responses() == 1));
+    let p = data_prio_packets(&net, 3);
+    let unsched_packets = (62_500 + 1415) / 1416;
+    assert!(p[4] >= unsched_packets as u64 - 1, "{p:?}");
+    assert!(p[0] > 300, "{p:?}");
+    assert_eq!(p[1] + p[2] + p[3] + p[5] + p[6] + p[7], 0, "{p:?}");
+    // Receiver's control packets (grants) go at the highest level.
+    assert!(data_prio_packets(&net, 0)[7] > 0);
+}
+
+#[test]
+fn scheduled_priorities_rank_concurrent_messages() {
+    // Three large messages at once: the shortest gets the highest scheduled
+    // level in use (2), the others 1 and 0.
+    let mut net = net_with(4, Config::default(), Reply::Fixed(1));
+    let sizes = [900_000usize, 600_000, 300_000];
+    for (i, &s) in sizes.iter().enumerate() {
+        net.send_request(i + 1, 0, pattern(s, i as u64)).unwrap();
+    }
+    assert!(net.run_until_cond(100 * MS, |n| (1..4).all(|h| n.app(h).responses() == 1)));
+    let shortest = data_prio_packets(&net, 3);
+    let longest = data_prio_packets(&net, 1);
+    assert!(shortest[2] > 0, "shortest message: {shortest:?}");
+    assert!(longest[0] > 0, "longest message: {longest:?}");
+    assert_eq!(longest[3] + shortest[3], 0, "level 3 is kept for newcomers");
+}
+
+#[test]
+fn lost_unscheduled_request_is_restarted_after_rpc_unknown() {
+    let mut net = net_with(2, Config::default(), Reply::Echo);
+    // Everything between the hosts is lost for the first 100 µs: the whole
+    // (single-packet) request vanishes and the server never hears of the RPC.
+    net.fabric_mut().add_partition(Partition {
+        cut: Cut::Pairs(vec![(0, 1)]),
+        from: 0,
+        until: 100_000,
+    });
+    let id = net.send_request(0, 1, pattern(500, 1)).unwrap();
+    assert!(net.run_until_cond(50 * MS, |n| n.app(0).responses() == 1));
+    assert_eq!(net.app(0).response(id).unwrap(), &pattern(500, 1)[..]);
+    assert_eq!(net.endpoint(0).metrics().restarts, 1);
+    assert!(
+        net.endpoint(1)
+            .metrics()
+            .sent(homa_proto::wire::PacketType::RpcUnknown)
+            >= 1
+    );
+    assert_eq!(requests_seen(&net, 1).len(), 1);
+}
+
+#[test]
+fn lost_data_and_grants_are_recovered_by_resend() {
+    let mut net = net_with(2, Config::default(), Reply::Fixed(10));
+    // A 150 µs blackout in the middle of a 1 MB transfer loses DATA one way and
+    // GRANTs the other.
+    net.fabric_mut().add_partition(Partition {
+        cut: Cut::Pairs(vec![(0, 1)]),
+        from: 100_000,
+        until: 250_000,
+    });
+    let id = net.send_request(0, 1, pattern(1_000_000, 3)).unwrap();
+    assert!(net.run_until_cond(50 * MS, |n| n.app(0).responses() == 1));
+    assert!(net.app(0).response(id).is_some());
+    let server = net.endpoint(1).metrics();
+    assert!(server.resends_sent >= 1, "{server:?}");
+    assert!(net.endpoint(0).metrics().retransmitted_packets >= 1);
+    assert_eq!(requests_seen(&net, 1)[0].1, pattern(1_000_000, 3)[..]);
+}
+
+#[test]
+fn lost_response_is_resent_without_executing_twice() {
+    let mut net = net_with(2, Config::default(), Reply::Fixed(200_000));
+    let id = net.send_request(0, 1, pattern(100, 5)).unwrap();
+    // Let the request arrive, then black out the response.
+    assert!(net.run_until_cond(MS, |n| n.app(1).requests().count() == 1));
+    let now = net.now();
+    net.fabric_mut().add_partition(Partition {
+        cut: Cut::Pairs(vec![(0, 1)]),
+        from: now,
+        until: now + 3 * MS,
+    });
+    assert!(net.run_until_cond(50 * MS, |n| n.app(0).responses() == 1));
+    assert_eq!(net.app(0).response(id).unwrap().len(), 200_000);
+    assert_eq!(requests_seen(&net, 1).len(), 1, "executed exactly once");
+    assert!(net.endpoint(0).metrics().resends_sent >= 1);
+}
+
+#[test]
+fn busy_keeps_a_slow_server_alive_and_timeout_fails_a_dead_one() {
+    let config = Config {
+        rpc_timeout_ns: 20 * MS,
+        ..Config::default()
+    };
+    let mut net = net_with(3, config, Reply::Manual);
+    let slow = net.send_request(0, 1, pattern(1000, 1)).unwrap();
+    // Host 2 is cut off for good: its RPC must time out.
+    net.fabric_mut().add_partition(Partition {
+        cut: Cut::Isolate(2),
+        from: 0,
+        until: u64::MAX,
+    });
+    let dead = net.send_request(0, 2, pattern(1000, 2)).unwrap();
+    net.run_until(100 * MS);
+    // The slow server (application never answers) keeps the client waiting
+    // through BUSY, well past the timeout.
+    assert_eq!(net.app(0).finished_at(slow), None);
+    assert!(
+        net.endpoint(1)
+            .metrics()
+            .sent(homa_proto::wire::PacketType::Busy)
+            > 10
+    );
+    assert_eq!(net.app(0).failure(dead), Some(RpcError::Timeout));
+    let t = net.app(0).finished_at(dead).unwrap();
+    assert!((20 * MS..22 * MS).contains(&t), "timed out at {t}");
+    // Now the application answers and the RPC completes.
+    let rpc = net.app(1).unanswered[0];
+    net.send_response(1, rpc, pattern(10, 0)).unwrap();
+    assert!(net.run_until_cond(200 * MS, |n| n.app(0).responses() == 1));
+    assert_eq!(net.app(0).response(slow).unwrap(), &pattern(10, 0)[..]);
+}
+
+#[test]
+fn server_state_is_freed_by_piggybacked_and_explicit_acks() {
+    let mut net = net_with(2, Config::default(), Reply::Echo);
+    for i in 0..5 {
+        net.send_request(0, 1, pattern(100, i)).unwrap();
+        assert!(net.run_until_cond(10 * MS, |n| n.app(0).responses() == i as usize + 1));
+    }
+    // Each later request carried an ACK for the previous RPC.
+    assert!(net.endpoint(1).metrics().acks_processed >= 4);
+    assert_eq!(net.endpoint(1).stats().server_rpcs, 1);
+    // The last one is freed after NEED_ACK / ACK.
+    assert!(
+        net.run_until_cond(net.now() + 20 * MS, |n| n.endpoint(1).stats().server_rpcs
+            == 0)
+    );
+    assert!(
+        net.endpoint(1)
+            .metrics()
+            .sent(homa_proto::wire::PacketType::NeedAck)
+            >= 1
+    );
+    assert!(
+        net.endpoint(0)
+            .metrics()
+            .sent(homa_proto::wire::PacketType::Ack)
+            >= 1
+    );
+    // And idle peers are forgotten.
+    let idle = net.endpoint(0).config().peer_idle_ns;
+    net.run_until(net.now() + idle + 5 * MS);
+    assert_eq!(net.endpoint(0).stats().peers, 0);
+    assert_eq!(net.endpoint(1).stats().peers, 0);
+}
+
+#[test]
+fn lost_acks_are_asked_for_again() {
+    let mut net = net_with(2, Config::default(), Reply::Echo);
+    net.send_request(0, 1, pattern(100, 1)).unwrap();
+    assert!(net.run_until_cond(10 * MS, |n| n.app(0).responses() == 1));
+    let now = net.now();
+    net.fabric_mut().add_partition(Partition {
+        cut: Cut::Pairs(vec![(0, 1)]),
+        from: now,
+        until: now + 5 * MS,
+    });
+    assert!(net.run_until_cond(now + 50 * MS, |n| n.endpoint(1).stats().server_rpcs == 0));
+    assert!(
+        net.endpoint(1)
+            .metrics()
+            .sent(homa_proto::wire::PacketType::NeedAck)
+            >= 3
+    );
+    assert!(net.now() > now + 5 * MS);
+}
+
+/// Holds every request's message (its pool space) until told to answer.
+struct Holder {
+    held: Vec<(ServerRpc, Message, u64)>,
+    answered: Vec<(u64, usize)>,
+    responses: usize,
+}
+
+impl App for Holder {
+    fn on_event(&mut self, ctx: &mut HostCtx<'_>, event: Event) {
+        match event {
+            Event::Request { rpc, message } => {
+                self.held.push((rpc, message, ctx.now()));
+                ctx.wake_after(2 * MS, 0);
+            }
+            Event::Response { .. } => self.responses += 1,
+            Event::Failed { id, error } => panic!("{id:?} failed: {error}"),
+        }
+    }
+    fn on_wakeup(&mut self, ctx: &mut HostCtx<'_>, _token: u64) {
+        let now = ctx.now();
+        while self.held.first().is_some_and(|h| h.2 + 2 * MS <= now) {
+            let (rpc, msg, _) = self.held.remove(0);
+            self.answered.push((now, msg.len()));
+            drop(msg);
+            ctx.send_response(rpc, Bytes::from_static(b"ok")).unwrap();
+        }
+    }
+}
+
+#[test]
+fn pool_exhaustion_waits_and_resumes_shortest_first() {
+    // The server's pool holds 1 MiB (16 bpages). A 900 KB request arrives first
+    // and the application holds it for 2 ms; a 700 KB and then a 600 KB request
+    // arrive meanwhile and must wait. When space frees, the shorter waiting
+    // message resumes first even though it arrived later; the longer one only
+    // fits once that one is released too.
+    let config = Config {
+        pool_bytes: 1 << 20,
+        ..Config::default()
+    };
+    let mut net = EngineNet::uniform(star(4), config, |_| Holder {
+        held: Vec::new(),
+        answered: Vec::new(),
+        responses: 0,
+    })
+    .unwrap();
+    net.send_request(1, 0, pattern(900_000, 1)).unwrap();
+    net.run_until(50_000);
+    net.send_request(2, 0, pattern(700_000, 2)).unwrap();
+    net.run_until(100_000);
+    net.send_request(3, 0, pattern(600_000, 3)).unwrap();
+    net.run_until(400_000);
+    let s = net.endpoint(0).stats();
+    assert_eq!(s.pool_waiters, 2, "{s:?}");
+    assert!(net.run_until_cond(200 * MS, |n| (1..4).all(|h| n.app(h).responses == 1)));
+    let order: Vec<usize> = net.app(0).answered.iter().map(|a| a.1).collect();
+    assert_eq!(order, [900_000, 600_000, 700_000]);
+    let m = net.endpoint(0).metrics();
+    assert!(m.pool_waits >= 2, "{m:?}");
+    // Resumption re-requests the dropped bytes at once; no silence-driven
+    // RESEND is needed on this loss-free network.
+    assert_eq!(m.resends_sent, 0, "{m:?}");
+    net.run_until(net.now() + 20 * MS);
+    assert!(net.endpoint(0).stats().pool_empty);
+}
+
+#[test]
+fn crashed_server_restarts_and_the_rpc_completes() {
+    let mut net = net_with(2, Config::default(), Reply::Echo);
+    let id = net.send_request(0, 1, pattern(300_000, 7)).unwrap();
+    net.run_until(20_000);
+    net.crash(1, Some(3 * MS));
+    assert!(net.run_until_cond(100 * MS, |n| n.app(0).finished_at(id).is_some()));
+    assert_eq!(net.app(0).response(id).unwrap(), &pattern(300_000, 7)[..]);
+    assert!(net.endpoint(0).metrics().restarts >= 1);
+    assert!(net
+        .app(1)
+        .log
+        .iter()
+        .any(|(_, r)| matches!(r, Record::Restarted)));
+}
+
+#[test]
+fn crashed_client_leaves_no_server_state_behind() {
+    let config = Config {
+        rpc_timeout_ns: 20 * MS,
+        ..Config::default()
+    };
+    let mut net = net_with(2, config, Reply::Fixed(500_000));
+    net.send_request(0, 1, pattern(200_000, 1)).unwrap();
+    assert!(net.run_until_cond(MS, |n| n.app(1).requests().count() == 1));
+    net.crash(0, None);
+    // The server's response goes unanswered (no grants, no ACK): it gives up.
+    assert!(net.run_until_cond(100 * MS, |n| n.endpoint(1).stats().server_rpcs == 0));
+    assert!(net.endpoint(1).metrics().timeouts >= 1);
+}
+
+#[test]
+fn every_rpc_finishes_and_tables_drain_in_a_mixed_run() {
+    let mut net = net_with(4, Config::default(), Reply::Echo);
+    let mut ids = Vec::new();
+    for i in 0..40u64 {
+        let src = (i % 4) as usize;
+        let dst = ((i / 4 + 1 + i) % 4) as usize;
+        if src == dst {
+            continue;
+        }
+        let size = [1usize, 1500, 70_000, 300_000][(i % 4) as usize];
+        ids.push((
+            src,
+            net.send_request(src, dst, pattern(size, i)).unwrap(),
+            size,
+            i,
+        ));
+    }
+    let n = ids.len();
+    assert!(net.run_until_cond(100 * MS, |net| {
+        (0..4).map(|h| net.app(h).responses()).sum::<usize>() == n
+    }));
+    for (src, id, size, seed) in ids {
+        assert_eq!(net.app(src).response(id).unwrap(), &pattern(size, seed)[..]);
+    }
+    assert!(net.run_until_cond(net.now() + 50 * MS, all_idle));
+}

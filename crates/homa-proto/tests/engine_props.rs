@@ -1,0 +1,305 @@
+//! Hostile and arbitrary input fed straight to an engine: it never panics, and
+//! every table stays within its configured limit.
+
+use bytes::Bytes;
+use homa_proto::wire::{self, Body, CommonHeader, Cutoffs, DataHeader, Grant, Resend};
+use homa_proto::{Config, DropReason, Endpoint, Event};
+use proptest::prelude::*;
+use std::net::SocketAddr;
+
+fn addr(i: u32) -> SocketAddr {
+    SocketAddr::from(([10, (i >> 16) as u8, (i >> 8) as u8, i as u8], 4000))
+}
+
+fn small_limits() -> Config {
+    Config {
+        max_peers: 4,
+        max_server_rpcs_per_peer: 3,
+        max_server_rpcs: 8,
+        max_client_rpcs: 16,
+        max_message_length: 100_000,
+        pool_bytes: 256 * 1024,
+        checksum: false,
+        resend_interval_ns: 10_000,
+        rpc_timeout_ns: 200_000,
+        ..Config::default()
+    }
+}
+
+fn check_limits(ep: &Endpoint) {
+    let c = ep.config();
+    let s = ep.stats();
+    assert!(s.peers <= c.max_peers, "{s:?}");
+    assert!(s.server_rpcs <= c.max_server_rpcs, "{s:?}");
+    assert!(s.client_rpcs <= c.max_client_rpcs, "{s:?}");
+    assert!(
+        s.incoming_bytes <= ep.config().effective_max_incoming() + 100_000,
+        "{s:?}"
+    );
+}
+
+/// A structurally valid packet with arbitrary field values.
+#[derive(Debug, Clone)]
+enum Pkt {
+    Data {
+        id: u64,
+        from_client: bool,
+        len: u32,
+        offset: u32,
+        size: u16,
+        unsched: u32,
+        ack: u64,
+    },
+    Grant(u64, bool, u32, u8),
+    Resend(u64, bool, u32, u32, u8),
+    Simple(u64, bool, u8),
+    Cutoffs(u64, [u32; 8], u16),
+    Ack(u64, Vec<u64>),
+    Garbage(Vec<u8>),
+}
+
+fn pkt() -> impl Strategy<Value = Pkt> {
+    let id = 1u64..12;
+    prop_oneof![
+        4 => (id.clone(), any::<bool>(), 0u32..120_000, 0u32..120_000, 1u16..1500, 0u32..120_000, 0u64..12)
+            .prop_map(|(id, from_client, len, offset, size, unsched, ack)| Pkt::Data {
+                id, from_client, len, offset, size, unsched, ack
+            }),
+        1 => (id.clone(), any::<bool>(), any::<u32>(), 0u8..8).prop_map(|(a, b, c, d)| Pkt::Grant(a, b, c, d)),
+        1 => (id.clone(), any::<bool>(), any::<u32>(), any::<u32>(), 0u8..8)
+            .prop_map(|(a, b, c, d, e)| Pkt::Resend(a, b, c, d, e)),
+        1 => (id.clone(), any::<bool>(), 0u8..3).prop_map(|(a, b, c)| Pkt::Simple(a, b, c)),
+        1 => (id.clone(), any::<[u32; 8]>(), any::<u16>()).prop_map(|(a, b, c)| Pkt::Cutoffs(a, b, c)),
+        1 => (id.clone(), proptest::collection::vec(0u64..12, 0..5)).prop_map(|(a, b)| Pkt::Ack(a, b)),
+        1 => proptest::collection::vec(any::<u8>(), 0..80).prop_map(Pkt::Garbage),
+    ]
+}
+
+fn encode(p: &Pkt, now: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let common = |id: u64, from_client: bool| CommonHeader {
+        from_client,
+        retransmit: false,
+        rpc_id: id,
+        send_time: now + 1,
+        echo_time: now / 2,
+    };
+    let payload = vec![0xA5u8; 1500];
+    match p {
+        Pkt::Data {
+            id,
+            from_client,
+            len,
+            offset,
+            size,
+            unsched,
+            ack,
+        } => {
+            let len = *len;
+            let offset = (*offset).min(len.saturating_sub(1));
+            let size = (*size as u32)
+                .min(len - offset.min(len))
+                .max(if len == 0 { 0 } else { 1 });
+            let header = DataHeader {
+                message_length: len,
+                offset: if len == 0 { 0 } else { offset },
+                unsched_bytes: (*unsched).min(len),
+                cutoff_version: 1,
+                ack: *ack,
+            };
+            wire::encode(
+                &mut out,
+                &common(*id, *from_client),
+                &Body::Data {
+                    header,
+                    payload: &payload[..size as usize],
+                },
+                false,
+            );
+        }
+        Pkt::Grant(id, fc, offset, priority) => wire::encode(
+            &mut out,
+            &common(*id, *fc),
+            &Body::Grant(Grant {
+                offset: *offset,
+                priority: *priority,
+            }),
+            false,
+        ),
+        Pkt::Resend(id, fc, offset, length, priority) => wire::encode(
+            &mut out,
+            &common(*id, *fc),
+            &Body::Resend(Resend {
+                offset: *offset,
+                length: *length,
+                priority: *priority,
+            }),
+            false,
+        ),
+        Pkt::Simple(id, fc, kind) => {
+            let body = match kind {
+                0 => Body::Busy,
+                1 => Body::RpcUnknown,
+                _ => Body::NeedAck,
+            };
+            wire::encode(&mut out, &common(*id, *fc), &body, false)
+        }
+        Pkt::Cutoffs(id, cutoffs, version) => wire::encode(
+            &mut out,
+            &common(*id, false),
+            &Body::Cutoffs(Cutoffs {
+                version: *version,
+                cutoffs: *cutoffs,
+            }),
+            false,
+        ),
+        Pkt::Ack(id, ids) => {
+            let ids: Vec<u64> = ids.iter().map(|i| i + 1).collect();
+            wire::encode(&mut out, &common(*id, true), &Body::Ack(&ids), false)
+        }
+        Pkt::Garbage(bytes) => out.extend_from_slice(bytes),
+    }
+    out
+}
+
+/// Feeds packets, answers requests, and drains the engine after each step.
+fn drive(ep: &mut Endpoint, steps: &[(u8, Pkt, u32)], start_client_rpcs: bool) {
+    let mut now = 0u64;
+    let mut buf = Vec::new();
+    if start_client_rpcs {
+        for i in 0..4 {
+            let _ = ep.send_request(now, addr(i), Bytes::from(vec![7u8; 3000 * i as usize + 1]));
+        }
+    }
+    for (src, p, dt) in steps {
+        now += *dt as u64;
+        let datagram = encode(p, now);
+        ep.handle_datagram(now, addr(*src as u32 % 6), &datagram);
+        if ep.poll_timeout().is_some_and(|t| t <= now) {
+            ep.handle_timeout(now);
+        }
+        let mut sent = 0;
+        while ep.poll_transmit(now, &mut buf).is_some() {
+            sent += 1;
+            assert!(buf.len() <= ep.config().max_packet_size);
+            assert!(sent < 100_000, "transmit loop does not end");
+        }
+        while let Some(ev) = ep.poll_event() {
+            if let Event::Request { rpc, message } = ev {
+                let _ = ep.send_response(now, rpc, Bytes::from(message.to_vec()));
+            }
+        }
+        check_limits(ep);
+    }
+    // Time passes: everything must eventually be timed out or finished.
+    for _ in 0..200 {
+        now += 50_000;
+        ep.handle_timeout(now);
+        while ep.poll_transmit(now, &mut buf).is_some() {}
+        while ep.poll_event().is_some() {}
+    }
+    let s = ep.stats();
+    assert_eq!((s.client_rpcs, s.server_rpcs), (0, 0), "{s:?}");
+    assert!(s.pool_empty, "{s:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_packet_sequences_never_panic_and_stay_bounded(
+        steps in proptest::collection::vec((any::<u8>(), pkt(), 0u32..20_000), 1..120),
+        clients in any::<bool>(),
+    ) {
+        let mut ep = Endpoint::new(small_limits(), 0).unwrap();
+        drive(&mut ep, &steps, clients);
+    }
+}
+
+#[test]
+fn forged_rpcs_and_peers_are_capped() {
+    let mut ep = Endpoint::new(small_limits(), 0).unwrap();
+    let header = |len| DataHeader {
+        message_length: len,
+        offset: 0,
+        unsched_bytes: len,
+        cutoff_version: 1,
+        ack: 0,
+    };
+    let mut out = Vec::new();
+    for peer in 0..100u32 {
+        for id in 1..50u64 {
+            out.clear();
+            let common = CommonHeader {
+                from_client: true,
+                retransmit: false,
+                rpc_id: id,
+                send_time: 1,
+                echo_time: 0,
+            };
+            // Two packets of a 3000-byte request: never complete.
+            wire::encode(
+                &mut out,
+                &common,
+                &Body::Data {
+                    header: header(3000),
+                    payload: &[1u8; 1000],
+                },
+                false,
+            );
+            ep.handle_datagram(1, addr(peer), &out);
+        }
+    }
+    let s = ep.stats();
+    assert!(s.peers <= 4 && s.server_rpcs <= 8, "{s:?}");
+    let m = ep.metrics();
+    assert!(m.drops(DropReason::TooManyRpcs) + m.drops(DropReason::TooManyPeers) > 4000);
+    // A message longer than the maximum is refused outright.
+    out.clear();
+    let common = CommonHeader {
+        from_client: true,
+        retransmit: false,
+        rpc_id: 99,
+        send_time: 1,
+        echo_time: 0,
+    };
+    wire::encode(
+        &mut out,
+        &common,
+        &Body::Data {
+            header: header(100_001),
+            payload: &[1u8; 10],
+        },
+        false,
+    );
+    ep.handle_datagram(2, addr(0), &out);
+    assert_eq!(ep.metrics().drops(DropReason::MessageTooLong), 1);
+    // Idle state times out and the tables empty.
+    for t in 1..100u64 {
+        ep.handle_timeout(t * 100_000);
+        let mut buf = Vec::new();
+        while ep.poll_transmit(t * 100_000, &mut buf).is_some() {}
+    }
+    let s = ep.stats();
+    assert_eq!(s.server_rpcs, 0, "{s:?}");
+}
+
+#[test]
+fn garbage_with_checksums_on_is_counted_and_dropped() {
+    let mut ep = Endpoint::new(Config::default(), 0).unwrap();
+    let mut x = 12345u64;
+    for len in 0..2000usize {
+        let data: Vec<u8> = (0..len % 200)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        ep.handle_datagram(len as u64, addr(1), &data);
+    }
+    let m = ep.metrics();
+    assert_eq!(m.total_drops(), 2000);
+    assert_eq!(ep.stats().peers, 0);
+}

@@ -32,6 +32,13 @@ const MAX_RX_ROUNDS: usize = 8;
 /// While application threads are polling, the background thread still wakes
 /// this often if a timer is pending (they run timers too, this is a backstop).
 const BG_BACKSTOP_NS: u64 = 1_000_000;
+/// The background thread never sleeps longer than this, so a protocol timer
+/// (resend, timeout; hundreds of µs apart) set while it sleeps runs at most
+/// this late without anyone ringing it.
+const BG_MAX_SLEEP_NS: u64 = 2_000_000;
+/// Deadlines closer than this (pacing: the NIC queue drains in µs) are
+/// worth a doorbell ring when the background thread would sleep past them.
+const URGENT_NS: u64 = 100_000;
 
 type RpcResult = Result<homa_proto::Message>;
 
@@ -95,6 +102,30 @@ pub(crate) struct Shared {
     shut: AtomicBool,
     pub(crate) requests: WaitQueue<(ServerRpc, homa_proto::Message)>,
     pub(crate) responses: WaitQueue<Response>,
+    counters: Counters,
+}
+
+/// Counters of the waiting machinery (relaxed atomics; for reports).
+#[derive(Default)]
+struct Counters {
+    found_polling: AtomicU64,
+    slept: AtomicU64,
+    rings: AtomicU64,
+    bg_drives: AtomicU64,
+}
+
+/// How waits ended and how often the background thread had to step in: the
+/// thread-handoff count of the runtime (see docs/runtime.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeStats {
+    /// Waits satisfied without sleeping (no thread handoff).
+    pub found_polling: u64,
+    /// Waits that went to sleep and were woken by another thread.
+    pub slept: u64,
+    /// Doorbell rings to the background thread.
+    pub doorbell_rings: u64,
+    /// Times the background thread ran the engine.
+    pub background_drives: u64,
 }
 
 /// An open Homa endpoint: one UDP socket and its protocol state. Cheap to
@@ -211,6 +242,7 @@ impl Endpoint {
             shut: AtomicBool::new(false),
             requests: WaitQueue::new(),
             responses: WaitQueue::new(),
+            counters: Counters::default(),
         });
         let bg_shared = shared.clone();
         let bg = std::thread::Builder::new()
@@ -365,6 +397,17 @@ impl Endpoint {
     /// The socket layer's counters (syscalls, GSO/GRO use, errors).
     pub fn socket_stats(&self) -> SocketStats {
         self.shared().driver.lock().stats.clone()
+    }
+
+    /// Counters of the waiting machinery.
+    pub fn runtime_stats(&self) -> RuntimeStats {
+        let c = &self.shared().counters;
+        RuntimeStats {
+            found_polling: c.found_polling.load(Relaxed),
+            slept: c.slept.load(Relaxed),
+            doorbell_rings: c.rings.load(Relaxed),
+            background_drives: c.bg_drives.load(Relaxed),
+        }
     }
 
     /// Requests received but not yet taken by [`Self::recv_request`].
@@ -637,7 +680,7 @@ impl Shared {
         let until = self.now_ns() + 4 * wire + 5_000_000;
         self.attention_until.fetch_max(until, SeqCst);
         if self.pollers.load(SeqCst) == 0 && !self.bg_watching.load(SeqCst) {
-            self.doorbell.ring();
+            self.ring();
         }
     }
 
@@ -663,7 +706,7 @@ impl Shared {
         if !d.errors.is_empty() {
             self.handle_errors(d);
         }
-        self.publish(d);
+        self.publish(d, now);
     }
 
     fn receive(&self, d: &mut Driver, now: u64) {
@@ -816,14 +859,26 @@ impl Shared {
     }
 
     /// Publishes what the background thread needs to decide how to sleep,
-    /// and rings it if a timer is now due before it would wake.
-    fn publish(&self, d: &mut Driver) {
+    /// and rings it if a timer is due well before it would wake. Ordinary
+    /// protocol timers do not ring (the background thread wakes every
+    /// `BG_MAX_SLEEP_NS` anyway), so the fast path makes no extra syscall.
+    fn publish(&self, d: &mut Driver, now: u64) {
         let next = d.engine.poll_timeout().unwrap_or(u64::MAX);
         self.next_deadline.store(next, SeqCst);
         self.inflight.store(d.rpcs.len(), SeqCst);
-        if self.pollers.load(SeqCst) == 0 && next < self.bg_sleep_until.load(SeqCst) {
-            self.doorbell.ring();
+        if self.pollers.load(SeqCst) == 0 {
+            let sleep = self.bg_sleep_until.load(SeqCst);
+            if next < sleep
+                && (next < now + URGENT_NS || sleep > next.saturating_add(BG_MAX_SLEEP_NS))
+            {
+                self.ring();
+            }
         }
+    }
+
+    fn ring(&self) {
+        self.counters.rings.fetch_add(1, Relaxed);
+        self.doorbell.ring();
     }
 
     /// Whether the socket needs someone's attention when no thread polls.
@@ -841,7 +896,7 @@ impl Shared {
             && self.needs_watch()
             && !self.bg_watching.load(SeqCst)
         {
-            self.doorbell.ring();
+            self.ring();
         }
     }
 
@@ -849,7 +904,7 @@ impl Shared {
     pub(crate) fn enter_blocked(&self) {
         self.blocked.fetch_add(1, SeqCst);
         if !self.bg_watching.load(SeqCst) {
-            self.doorbell.ring();
+            self.ring();
         }
     }
 
@@ -887,8 +942,10 @@ impl Shared {
         };
         self.leave_polling();
         if found.is_some() || self.shut.load(Acquire) {
+            self.counters.found_polling.fetch_add(1, Relaxed);
             return found;
         }
+        self.counters.slept.fetch_add(1, Relaxed);
         self.enter_blocked();
         let r = loop {
             if let Some(v) = check() {
@@ -986,7 +1043,7 @@ impl Shared {
         drop(self.requests.drain());
         self.requests.wake_all();
         self.responses.wake_all();
-        self.doorbell.ring();
+        self.ring();
     }
 
     /// The background thread: sleeps until the next timer, a doorbell ring or
@@ -1008,6 +1065,7 @@ impl Shared {
             if self.pollers.load(SeqCst) > 0 && wake_at != u64::MAX {
                 wake_at = wake_at.max(now + BG_BACKSTOP_NS);
             }
+            wake_at = wake_at.min(now + BG_MAX_SLEEP_NS);
             self.bg_sleep_until.store(wake_at, SeqCst);
             // A deadline published after we read it must not be slept through.
             let again = self.next_deadline.load(SeqCst);
@@ -1054,6 +1112,7 @@ impl Shared {
             let due = self.next_deadline.load(SeqCst) <= now;
             let sock_ready = nfds == 2 && fds[1].revents != 0;
             if (sock_ready || due) && (self.pollers.load(SeqCst) == 0 || due) {
+                self.counters.bg_drives.fetch_add(1, Relaxed);
                 let mut d = self.driver.lock();
                 let now = self.clock(&mut d);
                 self.drive(&mut d, now, true);

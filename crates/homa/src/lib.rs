@@ -43,7 +43,7 @@ mod wait;
 #[cfg(feature = "tokio")]
 pub use async_api::{RecvRequestFuture, RecvResponseFuture, RpcFuture};
 pub use config::EndpointConfig;
-pub use endpoint::{Endpoint, PendingRpc, Request, Responder, Response};
+pub use endpoint::{Endpoint, PendingRpc, Request, Responder, Response, RuntimeStats};
 pub use error::{Error, Result};
 pub use message::{Message, MessageReader};
 pub use socket::{FaultInjector, SocketStats};

@@ -12,7 +12,12 @@ use std::time::{Duration, Instant};
 /// Bytes that depend on position and seed, so misplaced data is caught.
 fn payload(len: usize, seed: u64) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u64).wrapping_mul(131).wrapping_add(seed.wrapping_mul(0x9E37)) as u8 ^ (i >> 9) as u8)
+        .map(|i| {
+            (i as u64)
+                .wrapping_mul(131)
+                .wrapping_add(seed.wrapping_mul(0x9E37)) as u8
+                ^ (i >> 9) as u8
+        })
         .collect()
 }
 
@@ -79,7 +84,10 @@ fn many_threads_many_rpcs_with_payload_checks() {
                     let seed = t * 1000 + i;
                     let reply = client.call(addr, payload(len, seed)).unwrap();
                     assert_eq!(reply.len(), len);
-                    assert!(reply == payload(len, seed)[..], "thread {t} rpc {i} corrupted");
+                    assert!(
+                        reply == payload(len, seed)[..],
+                        "thread {t} rpc {i} corrupted"
+                    );
                 }
             })
         })
@@ -97,7 +105,11 @@ fn private_rpcs_are_awaited_by_their_own_handle_in_any_order() {
     let addr = server.local_addr();
     let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
     let pending: Vec<_> = (0..20u64)
-        .map(|i| client.send_request(addr, payload(200 + i as usize, i)).unwrap())
+        .map(|i| {
+            client
+                .send_request(addr, payload(200 + i as usize, i))
+                .unwrap()
+        })
         .collect();
     let ids: std::collections::HashSet<_> = pending.iter().map(|p| p.id()).collect();
     assert_eq!(ids.len(), 20);
@@ -116,7 +128,10 @@ fn private_rpcs_are_awaited_by_their_own_handle_in_any_order() {
         assert_eq!(r.peer, addr);
         assert!(r.result.unwrap() == payload(50, seed)[..]);
     }
-    assert!(client.recv_response_timeout(Duration::from_millis(5)).unwrap().is_none());
+    assert!(client
+        .recv_response_timeout(Duration::from_millis(5))
+        .unwrap()
+        .is_none());
     stop(server, workers);
 }
 
@@ -126,7 +141,10 @@ fn any_thread_may_reply() {
     let addr = server.local_addr();
     let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
     let pending = client.send_request(addr, &b"question"[..]).unwrap();
-    let req = server.recv_request_timeout(Duration::from_secs(5)).unwrap().unwrap();
+    let req = server
+        .recv_request_timeout(Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
     assert_eq!(req.peer(), client.local_addr());
     let (msg, responder) = req.into_parts();
     assert_eq!(msg.to_vec(), b"question");
@@ -172,7 +190,10 @@ fn ipv6_loopback_and_dual_stack() {
     }
     // A v6 socket bound to ::1 cannot reach a v4 peer: a clear error.
     let v4: SocketAddr = "127.0.0.1:9".parse().unwrap();
-    assert!(matches!(client.call(v4, &b"x"[..]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        client.call(v4, &b"x"[..]),
+        Err(Error::InvalidArgument(_))
+    ));
     // A dual-stack endpoint talks to v4 peers.
     if let Ok(dual) = Endpoint::bind_with("[::]:0", cfg()) {
         let (v4server, w4) = echo_server("127.0.0.1:0", cfg(), 1);
@@ -218,7 +239,9 @@ fn shutdown_fails_pending_rpcs_and_never_hangs() {
     let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
     let waiters: Vec<_> = (0..4)
         .map(|i| {
-            let p = client.send_request(addr, payload(100 + i * 50_000, 1)).unwrap();
+            let p = client
+                .send_request(addr, payload(100 + i * 50_000, 1))
+                .unwrap();
             std::thread::spawn(move || p.wait())
         })
         .collect();
@@ -240,9 +263,19 @@ fn shutdown_fails_pending_rpcs_and_never_hangs() {
         Ok(r) => assert!(matches!(r.result, Err(Error::Shutdown))),
         Err(e) => assert!(matches!(e, Error::Shutdown)),
     }
-    assert!(matches!(request_waiter.join().unwrap(), Err(Error::Shutdown)));
-    assert!(t.elapsed() < Duration::from_secs(1), "shutdown took {:?}", t.elapsed());
-    assert!(matches!(client.call(addr, &b"late"[..]), Err(Error::Shutdown)));
+    assert!(matches!(
+        request_waiter.join().unwrap(),
+        Err(Error::Shutdown)
+    ));
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "shutdown took {:?}",
+        t.elapsed()
+    );
+    assert!(matches!(
+        client.call(addr, &b"late"[..]),
+        Err(Error::Shutdown)
+    ));
     assert!(client.is_shut_down());
     // Dropping the last handle of the other endpoint shuts it down too.
     drop(server);
@@ -256,7 +289,9 @@ fn garbage_datagrams_are_counted_and_dropped() {
     // A real packet to forge from: capture the client's request on a raw socket.
     let spy = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     spy.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let _p = client.send_request(spy.local_addr().unwrap(), payload(3000, 5)).unwrap();
+    let _p = client
+        .send_request(spy.local_addr().unwrap(), payload(3000, 5))
+        .unwrap();
     let mut real = vec![0u8; 65_536];
     let n = spy.recv(&mut real).unwrap();
     real.truncate(n);
@@ -272,7 +307,9 @@ fn garbage_datagrams_are_counted_and_dropped() {
     };
     for i in 0..600usize {
         let d: Vec<u8> = match i % 6 {
-            0 => (0..(next() % 1500) as usize).map(|_| next() as u8).collect(),
+            0 => (0..(next() % 1500) as usize)
+                .map(|_| next() as u8)
+                .collect(),
             1 => real[..(next() as usize % real.len())].to_vec(),
             2 => {
                 let mut f = real.clone();
@@ -304,7 +341,10 @@ fn garbage_datagrams_are_counted_and_dropped() {
         let s = server.socket_stats();
         let dropped = m.total_drops() + s.truncated;
         if dropped >= sent * 9 / 10 || Instant::now() > deadline {
-            assert!(dropped >= sent * 9 / 10, "only {dropped} of {sent} hostile datagrams counted: {m:?}");
+            assert!(
+                dropped >= sent * 9 / 10,
+                "only {dropped} of {sent} hostile datagrams counted: {m:?}"
+            );
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -317,7 +357,10 @@ fn garbage_datagrams_are_counted_and_dropped() {
 #[test]
 fn unreachable_peer_fails_fast() {
     let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
-    let dead = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let t = Instant::now();
     match client.call(dead, &b"anyone?"[..]) {
         Err(Error::PeerUnreachable(a)) => assert_eq!(a, dead),
@@ -325,7 +368,10 @@ fn unreachable_peer_fails_fast() {
     }
     assert!(t.elapsed() < Duration::from_secs(1));
     let bad: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    assert!(matches!(client.call(bad, &b"x"[..]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        client.call(bad, &b"x"[..]),
+        Err(Error::InvalidArgument(_))
+    ));
 }
 
 #[test]
@@ -344,7 +390,11 @@ fn unresponsive_server_application_stays_bounded_and_clients_time_out() {
     let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
     let mut ids = Vec::new();
     for i in 0..300u64 {
-        ids.push(client.send_request(addr, payload(if i % 10 == 0 { 100_000 } else { 1000 }, i)).unwrap());
+        ids.push(
+            client
+                .send_request(addr, payload(if i % 10 == 0 { 100_000 } else { 1000 }, i))
+                .unwrap(),
+        );
     }
     let start = Instant::now();
     let mut timeouts = 0;
@@ -359,7 +409,10 @@ fn unresponsive_server_application_stays_bounded_and_clients_time_out() {
     let st = server.engine_stats();
     assert!(st.server_rpcs <= 64, "{st:?}");
     assert!(server.queued_requests() <= 64);
-    assert!(st.pool_bpages_in_use <= (4 << 20) / homa_proto::BPAGE_SIZE, "{st:?}");
+    assert!(
+        st.pool_bpages_in_use <= (4 << 20) / homa_proto::BPAGE_SIZE,
+        "{st:?}"
+    );
     // The client abandoned its RPCs: nothing is left on its side.
     assert_eq!(client.engine_stats().client_rpcs, 0);
 }
@@ -377,7 +430,10 @@ fn ten_thousand_outstanding_rpcs_on_one_endpoint() {
     assert!(client.engine_stats().client_rpcs > 0);
     let mut got = 0;
     while got < n {
-        let r = client.recv_response_timeout(Duration::from_secs(20)).unwrap().expect("response within 20 s");
+        let r = client
+            .recv_response_timeout(Duration::from_secs(20))
+            .unwrap()
+            .expect("response within 20 s");
         let seed = want.remove(&r.id).expect("known id");
         assert!(r.result.unwrap() == payload(64, seed)[..]);
         got += 1;

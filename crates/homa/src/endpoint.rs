@@ -87,6 +87,11 @@ pub(crate) struct Shared {
     blocked: AtomicUsize,
     /// The background thread currently has the socket in its poll set.
     bg_watching: AtomicBool,
+    /// A blocked application thread sleeps on the socket itself (the
+    /// "watcher"); it drives the engine when packets arrive.
+    watcher: AtomicBool,
+    /// Wakes the watcher when its result arrives by another path.
+    watcher_bell: Arc<EventFd>,
     /// When the background thread will wake on its own (u64::MAX: never,
     /// 0: it is awake).
     bg_sleep_until: AtomicU64,
@@ -234,6 +239,8 @@ impl Endpoint {
             pollers: AtomicUsize::new(0),
             blocked: AtomicUsize::new(0),
             bg_watching: AtomicBool::new(false),
+            watcher: AtomicBool::new(false),
+            watcher_bell: Arc::new(EventFd::new()?),
             bg_sleep_until: AtomicU64::new(0),
             next_deadline: AtomicU64::new(u64::MAX),
             inflight: AtomicUsize::new(0),
@@ -612,11 +619,10 @@ impl Shared {
         now
     }
 
-    /// One non-blocking pass if nobody else is driving right now.
-    pub(crate) fn drive_once(&self) -> bool {
-        let Some(mut d) = self.driver.try_lock() else {
-            return false;
-        };
+    /// One non-blocking pass if nobody else is driving right now; returns
+    /// the engine time used, if it ran.
+    pub(crate) fn drive_once(&self) -> Option<u64> {
+        let mut d = self.driver.try_lock()?;
         let now = self.clock(&mut d);
         self.drive(&mut d, now, true);
         let wakes = std::mem::take(&mut d.wakes);
@@ -624,7 +630,7 @@ impl Shared {
         for w in wakes {
             w.wake();
         }
-        true
+        Some(now)
     }
 
     fn start(&self, peer: SocketAddr, request: Bytes, target: Target) -> Result<RpcId> {
@@ -695,7 +701,16 @@ impl Shared {
     /// Receive, timers, events, transmit: one round of progress.
     fn drive(&self, d: &mut Driver, now: u64, recv: bool) {
         if recv {
-            self.receive(d, now);
+            let got = self.receive(d, now);
+            // A poll that found nothing, with no timer due and nothing queued,
+            // changed nothing: skip the rest (this is the busy-poll loop).
+            if !got
+                && d.tx.pending() == 0
+                && d.errors.is_empty()
+                && self.next_deadline.load(Relaxed) > now
+            {
+                return;
+            }
         }
         if d.engine.poll_timeout().is_some_and(|t| t <= now) {
             d.engine.handle_timeout(now);
@@ -709,7 +724,8 @@ impl Shared {
         self.publish(d, now);
     }
 
-    fn receive(&self, d: &mut Driver, now: u64) {
+    /// Receives what is waiting; returns whether anything arrived.
+    fn receive(&self, d: &mut Driver, now: u64) -> bool {
         let Driver {
             engine,
             rx,
@@ -719,6 +735,7 @@ impl Shared {
             ..
         } = d;
         let batch = self.cfg.recv_batch;
+        let mut got = false;
         for _ in 0..MAX_RX_ROUNDS {
             let out = rx.recv(&self.sock, stats, |src, pkt| {
                 if let Some(f) = faults.as_mut() {
@@ -729,8 +746,12 @@ impl Shared {
                 engine.handle_datagram(now, src, pkt);
             });
             match out {
-                RecvOutcome::Received(n) if n >= batch => continue,
-                RecvOutcome::Received(_) | RecvOutcome::Empty => break,
+                RecvOutcome::Received(n) if n >= batch => got = true,
+                RecvOutcome::Received(_) => {
+                    got = true;
+                    break;
+                }
+                RecvOutcome::Empty => break,
                 RecvOutcome::Error => {
                     // A pending socket error (ICMP): read the error queue,
                     // then keep receiving.
@@ -745,7 +766,9 @@ impl Shared {
         }
         if !d.errors.is_empty() {
             self.handle_errors(d);
+            got = true;
         }
+        got
     }
 
     /// Fails client RPCs whose peer the network declared unreachable.
@@ -894,20 +917,65 @@ impl Shared {
     fn leave_polling(&self) {
         if self.pollers.fetch_sub(1, SeqCst) == 1
             && self.needs_watch()
+            && !self.watcher.load(SeqCst)
             && !self.bg_watching.load(SeqCst)
         {
             self.ring();
         }
     }
 
-    /// Called when a thread or task is about to sleep.
+    /// Called when a task (or a thread that could not become the watcher)
+    /// is about to sleep: someone must be watching the socket for it.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn enter_blocked(&self) {
         self.blocked.fetch_add(1, SeqCst);
-        if !self.bg_watching.load(SeqCst) {
+        if !self.watcher.load(SeqCst) && !self.bg_watching.load(SeqCst) {
             self.ring();
         }
     }
 
+    /// Gives up the watcher role; if others still wait, the background
+    /// thread takes over the socket.
+    fn release_watcher(&self) {
+        self.watcher.store(false, SeqCst);
+        if self.pollers.load(SeqCst) == 0 && self.needs_watch() && !self.bg_watching.load(SeqCst) {
+            self.ring();
+        }
+    }
+
+    /// The watcher's sleep: on the socket and its own doorbell, then drive
+    /// the engine if packets (or room to send) arrived.
+    fn watch_socket(&self, timeout: Option<Duration>) {
+        let tx = self.tx_pending.load(SeqCst);
+        let mut fds = [
+            libc::pollfd {
+                fd: self.watcher_bell.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.sock.fd(),
+                events: libc::POLLIN | if tx { libc::POLLOUT } else { 0 },
+                revents: 0,
+            },
+        ];
+        let _ = ppoll(&mut fds, timeout);
+        if fds[0].revents != 0 {
+            self.watcher_bell.drain();
+        }
+        if fds[1].revents != 0 {
+            let mut d = self.driver.lock();
+            let now = self.clock(&mut d);
+            self.drive(&mut d, now, true);
+            let wakes = std::mem::take(&mut d.wakes);
+            drop(d);
+            for w in wakes {
+                w.wake();
+            }
+        }
+    }
+
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn leave_blocked(&self) {
         self.blocked.fetch_sub(1, SeqCst);
     }
@@ -919,7 +987,7 @@ impl Shared {
         &self,
         deadline: Option<u64>,
         mut check: impl FnMut() -> Option<T>,
-        mut register: impl FnMut() -> Option<Option<u64>>,
+        mut register: impl FnMut(Waiter) -> Option<Option<u64>>,
         mut deregister: impl FnMut(Option<u64>),
     ) -> Option<T> {
         if let Some(v) = check() {
@@ -930,23 +998,32 @@ impl Shared {
         self.pollers.fetch_add(1, SeqCst);
         let mut first = true;
         let found = loop {
-            self.drive_once();
+            let now = self.drive_once();
             if let Some(v) = check() {
                 break Some(v);
             }
-            if self.shut.load(Acquire) || (!first && self.now_ns() >= poll_end) {
+            if self.shut.load(Acquire)
+                || (!first && now.unwrap_or_else(|| self.now_ns()) >= poll_end)
+            {
                 break None;
             }
             first = false;
             std::hint::spin_loop();
         };
-        self.leave_polling();
         if found.is_some() || self.shut.load(Acquire) {
+            self.leave_polling();
             self.counters.found_polling.fetch_add(1, Relaxed);
             return found;
         }
         self.counters.slept.fetch_add(1, Relaxed);
-        self.enter_blocked();
+        // Sleep. The first sleeper becomes the watcher and sleeps on the
+        // socket itself, so its result costs no thread handoff; the others
+        // park and are woken by whoever drives the engine. The role is taken
+        // before we stop counting as a poller, so that nobody wakes the
+        // background thread in between.
+        self.blocked.fetch_add(1, SeqCst);
+        let mut watching = !self.watcher.load(SeqCst) && !self.watcher.swap(true, SeqCst);
+        self.leave_polling();
         let r = loop {
             if let Some(v) = check() {
                 break Some(v);
@@ -958,7 +1035,19 @@ impl Shared {
             if deadline.is_some_and(|d| now >= d) {
                 break None;
             }
-            let Some(token) = register() else {
+            if !watching {
+                watching = !self.watcher.load(SeqCst) && !self.watcher.swap(true, SeqCst);
+                if !watching && !self.watcher.load(SeqCst) && !self.bg_watching.load(SeqCst) {
+                    // The watcher just left: make sure the socket is watched.
+                    self.ring();
+                }
+            }
+            let waiter = if watching {
+                Waiter::Fd(self.watcher_bell.clone())
+            } else {
+                Waiter::current_thread()
+            };
+            let Some(token) = register(waiter) else {
                 continue;
             };
             // Re-check after registering: a result published in between
@@ -967,13 +1056,22 @@ impl Shared {
                 deregister(token);
                 break Some(v);
             }
-            match deadline {
-                Some(d) => std::thread::park_timeout(Duration::from_nanos(d.saturating_sub(now))),
-                None => std::thread::park(),
+            let left = deadline.map(|d| Duration::from_nanos(d.saturating_sub(now)));
+            if watching {
+                let cap = Duration::from_nanos(BG_MAX_SLEEP_NS);
+                self.watch_socket(Some(left.map_or(cap, |l| l.min(cap))));
+            } else {
+                match left {
+                    Some(l) => std::thread::park_timeout(l),
+                    None => std::thread::park(),
+                }
             }
             deregister(token);
         };
-        self.leave_blocked();
+        self.blocked.fetch_sub(1, SeqCst);
+        if watching {
+            self.release_watcher();
+        }
         r
     }
 
@@ -981,8 +1079,8 @@ impl Shared {
         self.wait_with(
             deadline,
             || slot.take(),
-            || {
-                if slot.register(Waiter::current_thread()) {
+            |w| {
+                if slot.register(w) {
                     Some(None)
                 } else {
                     None
@@ -999,7 +1097,7 @@ impl Shared {
         let r = self.wait_with(
             deadline,
             || q.try_pop(),
-            || q.register(Waiter::current_thread()).map(Some),
+            |w| q.register(w).map(Some),
             |t| {
                 if let Some(t) = t {
                     q.deregister(t)
@@ -1043,6 +1141,7 @@ impl Shared {
         drop(self.requests.drain());
         self.requests.wake_all();
         self.responses.wake_all();
+        self.watcher_bell.ring();
         self.ring();
     }
 
@@ -1053,10 +1152,13 @@ impl Shared {
         while !self.shut.load(Acquire) {
             // Decide whether to watch the socket; publish, then re-check so a
             // thread that stopped polling meanwhile is not missed.
+            let wanted = || {
+                self.pollers.load(SeqCst) == 0 && !self.watcher.load(SeqCst) && self.needs_watch()
+            };
             let watch = loop {
-                let w = self.pollers.load(SeqCst) == 0 && self.needs_watch();
+                let w = wanted();
                 self.bg_watching.store(w, SeqCst);
-                if w || !(self.pollers.load(SeqCst) == 0 && self.needs_watch()) {
+                if w || !wanted() {
                     break w;
                 }
             };
@@ -1111,7 +1213,8 @@ impl Shared {
             let now = self.now_ns();
             let due = self.next_deadline.load(SeqCst) <= now;
             let sock_ready = nfds == 2 && fds[1].revents != 0;
-            if (sock_ready || due) && (self.pollers.load(SeqCst) == 0 || due) {
+            let others_drive = self.pollers.load(SeqCst) > 0 || self.watcher.load(SeqCst);
+            if (sock_ready || due) && (!others_drive || due) {
                 self.counters.bg_drives.fetch_add(1, Relaxed);
                 let mut d = self.driver.lock();
                 let now = self.clock(&mut d);

@@ -4,15 +4,19 @@
 //! that a polling thread checks without taking any lock; only a sleeper needs
 //! the wake-up (unpark or `Waker::wake`).
 
+use crate::sys::EventFd;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::Waker;
 use std::thread::Thread;
 
 /// Someone to wake when a result arrives.
 pub(crate) enum Waiter {
     Thread(Thread),
+    /// A thread sleeping in `ppoll` on the socket and this doorbell.
+    Fd(Arc<EventFd>),
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     Task(Waker),
 }
@@ -24,6 +28,7 @@ impl Waiter {
     pub(crate) fn wake(self) {
         match self {
             Waiter::Thread(t) => t.unpark(),
+            Waiter::Fd(f) => f.ring(),
             Waiter::Task(w) => w.wake(),
         }
     }
@@ -179,7 +184,6 @@ impl<T> WaitQueue<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::time::Duration;
 
     #[test]

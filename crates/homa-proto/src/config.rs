@@ -14,6 +14,10 @@ pub struct Config {
     pub rtt_ns: u64,
     /// Largest datagram the engine emits (UDP payload bytes, headers included).
     pub max_packet_size: usize,
+    /// Bytes each datagram costs on the wire beyond its UDP payload, for the
+    /// NIC queue model: IPv4 (20) + UDP (8) + Ethernet header and FCS (18) +
+    /// preamble and inter-frame gap (20) = 66.
+    pub packet_overhead_bytes: u32,
     /// Leading bytes of each message sent without a grant. `None`: one RTT's worth
     /// of bytes at `link_bps` (rtt_bytes).
     pub unsched_bytes: Option<u32>,
@@ -85,6 +89,7 @@ impl Default for Config {
             link_bps: 25_000_000_000,
             rtt_ns: 20_000,
             max_packet_size: 1472,
+            packet_overhead_bytes: 66,
             unsched_bytes: None,
             grant_window: None,
             priority_levels: 8,
@@ -149,9 +154,11 @@ impl Config {
         self.max_incoming
             .unwrap_or(self.max_overcommit as u64 * self.effective_grant_window() as u64)
     }
-    /// Ns to transmit `bytes` at the link rate (at least 1).
+    /// Ns to transmit a datagram of `bytes` (UDP payload) at the link rate,
+    /// including `packet_overhead_bytes` (at least 1).
     pub fn wire_time_ns(&self, bytes: usize) -> u64 {
-        ((bytes as u128 * 8_000_000_000) / self.link_bps.max(1) as u128).max(1) as u64
+        let wire = bytes as u128 + self.packet_overhead_bytes as u128;
+        ((wire * 8_000_000_000) / self.link_bps.max(1) as u128).max(1) as u64
     }
     pub fn effective_max_nic_queue_ns(&self) -> u64 {
         self.max_nic_queue_ns
@@ -187,6 +194,21 @@ impl Config {
         if used.windows(2).any(|w| w[0] > w[1]) {
             return bad("unsched_cutoffs must be ascending".into());
         }
+        if self.unsched_bytes == Some(0) {
+            return bad(
+                "unsched_bytes must be at least 1 (a message's first packet needs no grant)".into(),
+            );
+        }
+        if self.effective_max_incoming() < self.max_data_per_packet() as u64 {
+            return bad(format!(
+                "max_incoming {} is below one packet's payload ({}): nothing could ever be granted",
+                self.effective_max_incoming(),
+                self.max_data_per_packet()
+            ));
+        }
+        if self.cutoff_version == 0 {
+            return bad("cutoff_version 0 means \"unknown\" on the wire; start at 1".into());
+        }
         if self.max_overcommit == 0 {
             return bad("max_overcommit must be at least 1".into());
         }
@@ -213,5 +235,70 @@ impl Config {
             return bad("limits must be positive".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_derived_values_match_the_docs() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert_eq!(c.rtt_bytes(), 62_500);
+        assert_eq!(c.max_data_per_packet(), 1416);
+        assert_eq!(c.effective_max_incoming(), 8 * 62_500);
+        // One full packet on the wire (1472 + 66 bytes) at 25 Gbps.
+        assert_eq!(c.effective_max_nic_queue_ns(), 492);
+    }
+
+    #[test]
+    fn settings_that_could_never_make_progress_are_refused() {
+        let bad = [
+            Config {
+                unsched_bytes: Some(0),
+                ..Config::default()
+            },
+            Config {
+                max_incoming: Some(100),
+                ..Config::default()
+            },
+            Config {
+                cutoff_version: 0,
+                ..Config::default()
+            },
+            Config {
+                max_overcommit: 0,
+                ..Config::default()
+            },
+            Config {
+                priority_levels: 9,
+                ..Config::default()
+            },
+            Config {
+                unsched_priorities: 0,
+                ..Config::default()
+            },
+            Config {
+                max_packet_size: 60,
+                ..Config::default()
+            },
+            Config {
+                pool_bytes: 1000,
+                ..Config::default()
+            },
+            Config {
+                resend_interval_ns: 0,
+                ..Config::default()
+            },
+            Config {
+                grant_fifo_permille: 1001,
+                ..Config::default()
+            },
+        ];
+        for c in bad {
+            assert!(c.validate().is_err(), "{c:?} accepted");
+        }
     }
 }

@@ -83,7 +83,9 @@ pub struct EndpointStats {
     pub tombstones: usize,
     pub pool_bpages_in_use: usize,
     pub pool_empty: bool,
-    /// Incoming messages with granted scheduled bytes not yet received.
+    /// Messages still being granted to (not yet granted in full) that have
+    /// granted scheduled bytes outstanding: at most `max_overcommit`, plus one
+    /// FIFO grant. Fully granted messages still count in `incoming_bytes`.
     pub granted_messages: usize,
     /// Scheduled bytes granted but not yet received (bounded by `max_incoming`).
     pub incoming_bytes: u64,
@@ -179,6 +181,8 @@ pub struct Endpoint {
     /// Next periodic timer tick (`Time::MAX`: none).
     pub(crate) next_tick: Time,
     pub(crate) shut_down: bool,
+    /// The latest time passed in by the driver (for calls that take none).
+    pub(crate) last_now: Time,
 }
 
 fn splitmix64(mut x: u64) -> u64 {
@@ -239,6 +243,7 @@ impl Endpoint {
             events: VecDeque::new(),
             next_tick: Time::MAX,
             shut_down: false,
+            last_now: now,
             metrics: Metrics::default(),
             config,
         };
@@ -266,7 +271,7 @@ impl Endpoint {
                 .iter()
                 .flatten()
                 .filter_map(|r| r.inc.as_ref())
-                .filter(|m| m.outstanding() > 0)
+                .filter(|m| m.outstanding() > 0 && m.grant_key.is_some())
                 .count(),
             incoming_bytes: self.incoming_total,
             pool_waiters: self.pool_waiters.len(),
@@ -298,6 +303,7 @@ impl Endpoint {
         dest: SocketAddr,
         request: Bytes,
     ) -> Result<RpcId, SendError> {
+        self.last_now = self.last_now.max(now);
         if self.shut_down {
             return Err(SendError::Shutdown);
         }
@@ -361,8 +367,7 @@ impl Endpoint {
     /// Abandons a client RPC (no event is generated for it). Unknown ids are ignored.
     pub fn cancel(&mut self, id: RpcId) {
         if let Some(&key) = self.client_ids.get(&id.0) {
-            let now = self.rpcs[key as usize].as_ref().unwrap().last_heard;
-            self.free_rpc(now, key);
+            self.free_rpc(self.last_now, key);
         }
     }
 
@@ -385,14 +390,14 @@ impl Endpoint {
                 });
                 self.metrics.rpcs_failed += 1;
             }
-            let now = rpc.last_heard;
-            self.free_rpc(now, key);
+            self.free_rpc(self.last_now, key);
         }
         self.next_tick = Time::MAX;
     }
 
     /// Feeds one received datagram (UDP payload) from `from`.
     pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
+        self.last_now = self.last_now.max(now);
         self.metrics.bytes_received += datagram.len() as u64;
         if self.shut_down {
             return;
@@ -419,13 +424,21 @@ impl Endpoint {
             Packet::Resend(r) => self.handle_resend(now, from, &c, r),
             Packet::RpcUnknown => self.handle_rpc_unknown(now, from, &c),
             Packet::Busy => match self.lookup(from, &c) {
-                Some(key) => self.rpcs[key as usize].as_mut().unwrap().last_heard = now,
+                Some(key) => {
+                    let rpc = self.rpc(key);
+                    rpc.last_heard = now;
+                    rpc.peer_busy = true;
+                }
                 None => self.metrics.drop(DropReason::UnknownRpc),
             },
             Packet::Cutoffs(cut) => match self.peers.get_mut(&from) {
                 Some(peer) => {
-                    peer.cutoffs = cut.cutoffs;
-                    peer.cutoff_version = cut.version;
+                    // Versions only move forward (modulo wrap-around), so a
+                    // reordered older CUTOFFS cannot undo a newer one.
+                    if (cut.version.wrapping_sub(peer.cutoff_version) as i16) > 0 {
+                        peer.cutoffs = cut.cutoffs;
+                        peer.cutoff_version = cut.version;
+                    }
                 }
                 None => self.metrics.drop(DropReason::UnknownRpc),
             },
@@ -475,23 +488,25 @@ impl Endpoint {
             return true;
         }
         if self.peers.len() >= self.config.max_peers {
-            let victim = self
+            // Evict the least recently active idle peers, an eighth of the
+            // table at a time, so that a flood of new addresses costs one scan
+            // per many insertions rather than one per packet.
+            let mut idle: Vec<(Time, SocketAddr)> = self
                 .peers
                 .iter()
                 .filter(|(_, p)| p.rpcs == 0)
-                .min_by_key(|(_, p)| p.last_active)
-                .map(|(a, _)| *a);
-            match victim {
-                Some(a) => {
-                    self.peers.remove(&a);
-                }
-                None => return false,
+                .map(|(a, p)| (p.last_active, *a))
+                .collect();
+            if idle.is_empty() {
+                return false;
+            }
+            let batch = (self.config.max_peers / 8).clamp(1, idle.len());
+            idle.select_nth_unstable(batch - 1);
+            for (_, a) in &idle[..batch] {
+                self.peers.remove(a);
             }
         }
-        self.peers.insert(
-            addr,
-            Peer::new(self.my_cutoffs, self.config.cutoff_version, now),
-        );
+        self.peers.insert(addr, Peer::new(self.my_cutoffs, now));
         true
     }
 
@@ -515,6 +530,7 @@ impl Endpoint {
             inc: None,
             last_heard: now,
             last_prod: now,
+            peer_busy: false,
         };
         let key = match self.free_keys.pop() {
             Some(k) => {
@@ -533,7 +549,7 @@ impl Endpoint {
             p.server_rpcs += 1;
             self.server_rpc_count += 1;
         }
-        self.next_tick = self.next_tick.min(now + self.tick_ns);
+        self.next_tick = self.next_tick.min(now.saturating_add(self.tick_ns));
         key
     }
 
@@ -548,7 +564,10 @@ impl Endpoint {
         } else {
             self.server_ids.remove(&(rpc.peer, rpc.id));
             self.server_rpc_count -= 1;
-            self.add_tombstone(now, rpc.peer, rpc.id);
+            // Only an executed request needs protection from being run again.
+            if rpc.state != RpcState::ServerReceiving {
+                self.add_tombstone(now, rpc.peer, rpc.id);
+            }
         }
         if let Some(p) = self.peers.get_mut(&rpc.peer) {
             p.rpcs -= 1;
@@ -568,7 +587,7 @@ impl Endpoint {
             let (_, p, i) = self.tombstone_queue.pop_front().unwrap();
             self.tombstones.remove(&(p, i));
         }
-        let expiry = now + self.config.tombstone_ns;
+        let expiry = now.saturating_add(self.config.tombstone_ns);
         if self.tombstones.insert((peer, id), expiry).is_none() {
             self.tombstone_queue.push_back((expiry, peer, id));
         }
@@ -618,9 +637,10 @@ impl Endpoint {
         }
         // The server has no record of our request: it never got it (or lost its
         // state). Start the request over.
+        // Not a sign of progress: `last_heard` stays, so a server that keeps
+        // refusing the request (limits) lets the RPC time out.
         self.remove_incoming(key);
         let rpc = self.rpc(key);
-        rpc.last_heard = now;
         rpc.last_prod = now;
         if let Some(out) = rpc.out.as_mut() {
             out.restart();

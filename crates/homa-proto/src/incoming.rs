@@ -16,6 +16,11 @@ impl Endpoint {
         h: &DataHeader,
         payload: &[u8],
     ) {
+        // A piggybacked ACK counts even if this packet itself is refused: the
+        // client has already let go of it.
+        if c.from_client && h.ack != 0 && h.ack != c.rpc_id {
+            self.handle_ack_id(now, from, h.ack);
+        }
         let key = if c.from_client {
             match self.server_ids.get(&(from, c.rpc_id)) {
                 Some(&k) => k,
@@ -33,14 +38,11 @@ impl Endpoint {
                 }
             }
         };
-        if c.from_client && h.ack != 0 && h.ack != c.rpc_id {
-            self.handle_ack_id(now, from, h.ack);
-        }
         if h.cutoff_version != self.config.cutoff_version {
             self.maybe_send_cutoffs(now, from, c);
         }
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
-        rpc.last_heard = now;
+        rpc.heard(now);
         if rpc.inc.is_none() {
             let receiving = match rpc.state {
                 RpcState::ClientActive => true,
@@ -135,6 +137,10 @@ impl Endpoint {
             inc.grant_key = Some(new_remaining);
             self.grantable.remove(&(remaining, birth, key));
             self.grantable.insert((new_remaining, birth, key));
+        }
+        // New data may have moved this message in the SRPT order or freed room
+        // under `max_incoming` for another one.
+        if !self.grantable.is_empty() {
             self.update_grants(now);
         }
     }
@@ -308,12 +314,19 @@ impl Endpoint {
         top.extend(self.grantable.iter().take(k).map(|e| e.2));
         let n = top.len();
         let s = self.sched_levels as usize;
+        let fifo_quantum = 1000 * self.grant_window as u64;
+        let competing = self.grantable.len() > k;
         for (rank, &key) in top.iter().enumerate() {
             let level = (n.min(s) - 1 - rank.min(s - 1)) as u8;
             let granted = self.grant_one(key, level, false);
-            self.grant_fifo_credit += granted as u64 * self.config.grant_fifo_permille as u64;
+            if competing {
+                // Credit accrues only while some message is left out, and is
+                // capped, so that the FIFO share cannot arrive as a burst.
+                self.grant_fifo_credit = (self.grant_fifo_credit
+                    + granted as u64 * self.config.grant_fifo_permille as u64)
+                    .min(2 * fifo_quantum);
+            }
         }
-        let fifo_quantum = 1000 * self.grant_window as u64;
         if self.config.grant_fifo_permille > 0
             && self.grant_fifo_credit >= fifo_quantum
             && self.grantable.len() > k

@@ -86,9 +86,16 @@ impl Endpoint {
             }
             first
         };
+        let competing = self.sendable_by_age.len() > 1;
         let t = self.send_data(now, key, buf);
-        if key == first {
-            self.pacer_fifo_credit += t.len as u64 * self.config.pacer_fifo_permille as u64;
+        if key == first && competing {
+            // Credit accrues only while another message waits, and never
+            // beyond two packets' worth: the FIFO share is a trickle, not a
+            // burst after a quiet period.
+            let cap = 2 * 1000 * self.data_per_packet as u64;
+            self.pacer_fifo_credit = (self.pacer_fifo_credit
+                + t.len as u64 * self.config.pacer_fifo_permille as u64)
+                .min(cap);
         }
         Some(t)
     }
@@ -127,7 +134,7 @@ impl Endpoint {
         let out = rpc.out.as_ref().unwrap();
         let end = (offset + self.data_per_packet).min(limit);
         let retransmit = priority.is_some();
-        let priority = priority.unwrap_or(if offset < out.unsched {
+        let priority = priority.unwrap_or(if offset < out.unsched || out.len == 0 {
             out.unsched_priority
         } else {
             out.sched_priority
@@ -216,7 +223,12 @@ impl Endpoint {
             return;
         };
         let rpc = self.rpc(key);
-        rpc.last_heard = now;
+        rpc.heard(now);
+        if rpc.is_client && rpc.inc.is_some() {
+            // A late GRANT for a request whose response has begun.
+            self.metrics.drop(DropReason::WrongState);
+            return;
+        }
         let Some(out) = rpc.out.as_mut() else {
             self.metrics.drop(DropReason::WrongState);
             return;
@@ -249,7 +261,7 @@ impl Endpoint {
         };
         let dpp = self.data_per_packet as u64;
         let rpc = self.rpc(key);
-        rpc.last_heard = now;
+        rpc.heard(now);
         let Some(out) = rpc.out.as_mut() else {
             // Server still receiving the request or computing the response.
             self.control_for(key, ControlBody::Busy);
@@ -260,7 +272,9 @@ impl Endpoint {
         let regrant = want_end > out.granted;
         if regrant {
             out.granted = want_end;
-            out.sched_priority = r.priority;
+            if r.offset >= out.unsched {
+                out.sched_priority = r.priority;
+            }
         }
         // Packets are cut at multiples of the packet payload size, and a packet
         // may cross the granted offset; resend whole packets so that a range

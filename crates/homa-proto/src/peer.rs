@@ -27,10 +27,13 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    pub fn new(cutoffs: [u32; MAX_PRIORITIES], cutoff_version: u16, now: Time) -> Peer {
+    /// `cutoffs` are our own, assumed until the peer tells us its own; version
+    /// 0 means "not heard yet", so the peer's first DATA from us triggers a
+    /// CUTOFFS reply.
+    pub fn new(cutoffs: [u32; MAX_PRIORITIES], now: Time) -> Peer {
         Peer {
             cutoffs,
-            cutoff_version,
+            cutoff_version: 0,
             cutoffs_sent_at: None,
             echo_time: 0,
             rtt_min: None,

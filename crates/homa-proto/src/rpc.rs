@@ -144,6 +144,17 @@ pub(crate) struct Rpc {
     pub last_heard: Time,
     /// Last time we sent a RESEND, NEED_ACK or keep-alive BUSY for this RPC.
     pub last_prod: Time,
+    /// The peer's latest packet for this RPC was BUSY: it is alive but has
+    /// nothing for us yet, so we ask again less often.
+    pub peer_busy: bool,
+}
+
+impl Rpc {
+    /// A packet other than BUSY arrived from the peer for this RPC.
+    pub fn heard(&mut self, now: Time) {
+        self.last_heard = now;
+        self.peer_busy = false;
+    }
 }
 
 /// Disjoint, sorted, half-open byte ranges.

@@ -31,6 +31,7 @@ fn incoming_prod(inc: &InMsg) -> (bool, Prod) {
 impl Endpoint {
     /// Runs timers due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
+        self.last_now = self.last_now.max(now);
         if now < self.next_tick {
             return;
         }
@@ -46,9 +47,13 @@ impl Endpoint {
         self.peers
             .retain(|_, p| p.rpcs > 0 || now.saturating_sub(p.last_active) < idle);
         self.next_tick = if !self.client_ids.is_empty() || !self.server_ids.is_empty() {
-            now + self.tick_ns
+            now.saturating_add(self.tick_ns)
         } else {
-            let peer_expiry = self.peers.values().map(|p| p.last_active + idle).min();
+            let peer_expiry = self
+                .peers
+                .values()
+                .map(|p| p.last_active.saturating_add(idle))
+                .min();
             let tomb_expiry = self.tombstone_queue.front().map(|t| t.0);
             match (peer_expiry, tomb_expiry) {
                 (Some(a), Some(b)) => a.min(b),
@@ -105,7 +110,10 @@ impl Endpoint {
         let body = match prod {
             Prod::Nothing => return,
             Prod::Resend(offset, length, priority) => {
-                if silent < resend || since_prod < resend {
+                // After BUSY the peer is known to be alive and merely behind:
+                // ask ten times less often.
+                let interval = if rpc.peer_busy { 10 * resend } else { resend };
+                if silent < interval || since_prod < interval {
                     return;
                 }
                 self.metrics.resends_sent += 1;

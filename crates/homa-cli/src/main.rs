@@ -3,8 +3,10 @@
 
 mod bench;
 mod client;
+mod cluster_bench;
 mod echo_bench;
 mod server;
+mod testbed;
 mod throughput_bench;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +32,10 @@ enum Command {
     EchoBench(echo_bench::EchoBenchArgs),
     /// Loopback throughput of large messages: Homa vs one TCP connection.
     ThroughputBench(throughput_bench::ThroughputBenchArgs),
+    /// The emulated cluster: network namespaces, a bridge, priority queues (root).
+    Testbed(testbed::TestbedArgs),
+    /// Cluster benchmark nodes and the whole Homa-vs-TCP experiment on the testbed.
+    Bench(cluster_bench::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,5 +44,7 @@ fn main() -> anyhow::Result<()> {
         Command::Client(args) => client::run(args),
         Command::EchoBench(args) => echo_bench::run(args),
         Command::ThroughputBench(args) => throughput_bench::run(args),
+        Command::Testbed(args) => testbed::run(args),
+        Command::Bench(args) => cluster_bench::run(args),
     }
 }

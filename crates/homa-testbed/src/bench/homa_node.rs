@@ -1,0 +1,175 @@
+//! Bench server and client over Homa (the `homa` crate's runtime).
+
+use super::{
+    record, ClientResult, ClientSpec, Schedule, ServerHandle, ServerSpec, ServerStats, Transport,
+};
+use crate::{Error, Result};
+use bytes::Bytes;
+use homa::{Endpoint, EndpointConfig, RpcId};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The endpoint configuration for a transport: `homa-noprio` writes DSCP 0
+/// into every packet, so the switch puts all of them in its lowest queue
+/// while the engine itself is unchanged.
+pub fn endpoint_config(transport: Transport, base: &EndpointConfig) -> EndpointConfig {
+    let mut c = base.clone();
+    if transport == Transport::HomaNoprio {
+        c.dscp = [0; 8];
+    }
+    c
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    bytes: AtomicU64,
+    errors: AtomicU64,
+}
+
+pub(crate) fn start_server(spec: &ServerSpec) -> Result<ServerHandle> {
+    let cfg = endpoint_config(spec.transport, &spec.homa);
+    let mut eps = Vec::new();
+    for k in 0..spec.ports {
+        let addr = SocketAddr::new(spec.ip, spec.base_port + k as u16);
+        eps.push(Endpoint::bind_with(addr, cfg.clone())?);
+    }
+    let counters = Arc::new(Counters::default());
+    let mut threads = Vec::new();
+    for ep in &eps {
+        for t in 0..spec.threads_per_port.max(1) {
+            let (ep, c) = (ep.clone(), counters.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("homa-srv-{}-{t}", ep.local_addr().port()))
+                    .spawn(move || serve(&ep, &c))?,
+            );
+        }
+    }
+    let addrs = eps.iter().map(Endpoint::local_addr).collect();
+    Ok(ServerHandle {
+        addrs,
+        stop: Box::new(move || {
+            for ep in &eps {
+                ep.shutdown();
+            }
+            for t in threads {
+                t.join()
+                    .map_err(|_| Error::Bench("server thread panicked".into()))?;
+            }
+            Ok(ServerStats {
+                requests: counters.requests.load(Relaxed),
+                bytes: counters.bytes.load(Relaxed),
+                errors: counters.errors.load(Relaxed),
+            })
+        }),
+    })
+}
+
+/// Receive a request, echo it, until the endpoint shuts down.
+fn serve(ep: &Endpoint, c: &Counters) {
+    loop {
+        let req = match ep.recv_request() {
+            Ok(r) => r,
+            Err(homa::Error::Shutdown) => return,
+            Err(_) => {
+                c.errors.fetch_add(1, Relaxed);
+                continue;
+            }
+        };
+        let body = Bytes::from(req.message().to_vec());
+        let len = body.len() as u64;
+        match req.reply(body) {
+            Ok(()) => {
+                c.requests.fetch_add(1, Relaxed);
+                c.bytes.fetch_add(len, Relaxed);
+            }
+            Err(homa::Error::Shutdown) => return,
+            // The client abandoned the RPC meanwhile.
+            Err(homa::Error::InvalidArgument(_)) => {}
+            Err(_) => {
+                c.errors.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
+/// One client port: an endpoint issuing the schedule's arrivals.
+pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<ClientResult> {
+    let cfg = endpoint_config(spec.transport, &spec.homa);
+    let ep = Endpoint::bind_with(SocketAddr::new(spec.ip, 0), cfg)?;
+    let mut r = ClientResult {
+        window_secs: sched.window_secs(),
+        ..Default::default()
+    };
+    let mut pending: HashMap<RpcId, (u64, usize, Instant)> = HashMap::new();
+    let mut backlog: VecDeque<(u64, usize, usize)> = VecDeque::new();
+    loop {
+        let now = Instant::now();
+        while let Some(t) = sched.next_arrival() {
+            if t > now {
+                break;
+            }
+            if pending.len() + backlog.len() >= spec.max_outstanding {
+                r.cap_waits += 1;
+            }
+            backlog.push_back(sched.take_arrival());
+        }
+        while pending.len() < spec.max_outstanding {
+            let Some((seq, len, server)) = backlog.pop_front() else {
+                break;
+            };
+            let ports = &spec.servers[server];
+            let dest = ports[sched.pick(ports.len())];
+            let t0 = Instant::now();
+            r.issued += 1;
+            match ep.send_request_shared(dest, spec.pattern.payload(seq, len)) {
+                Ok(id) => {
+                    pending.insert(id, (seq, len, t0));
+                }
+                Err(e) => r.error(format!("send to {dest}: {e}")),
+            }
+        }
+        let done_issuing = sched.next_arrival().is_none() && backlog.is_empty();
+        if done_issuing && pending.is_empty() {
+            break;
+        }
+        if now >= sched.drain_end {
+            r.unfinished = (pending.len() + backlog.len()) as u64;
+            break;
+        }
+        let until = sched
+            .next_arrival()
+            .unwrap_or(sched.drain_end)
+            .min(sched.drain_end);
+        let resp = match ep.recv_response_timeout(until.saturating_duration_since(now)) {
+            Ok(Some(resp)) => resp,
+            Ok(None) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let done = Instant::now();
+        let Some((seq, len, t0)) = pending.remove(&resp.id) else {
+            continue;
+        };
+        match resp.result {
+            Ok(msg) => {
+                let expect = spec.pattern.payload(seq, len);
+                if msg.len() == len && msg == *expect {
+                    record(&mut r, &sched, len, t0, done, &spec.progress);
+                } else {
+                    r.mismatches += 1;
+                    r.error(format!(
+                        "response to RPC {seq} ({len} bytes) differs from the request ({} bytes)",
+                        msg.len()
+                    ));
+                }
+            }
+            Err(e) => r.error(format!("RPC of {len} bytes to {}: {e}", resp.peer)),
+        }
+    }
+    ep.shutdown();
+    Ok(r)
+}

@@ -734,7 +734,6 @@ impl Shared {
             errors,
             ..
         } = d;
-        let batch = self.cfg.recv_batch;
         let mut got = false;
         for _ in 0..MAX_RX_ROUNDS {
             let out = rx.recv(&self.sock, stats, |src, pkt| {
@@ -746,8 +745,8 @@ impl Shared {
                 engine.handle_datagram(now, src, pkt);
             });
             match out {
-                RecvOutcome::Received(n) if n >= batch => got = true,
-                RecvOutcome::Received(_) => {
+                RecvOutcome::Received(true) => got = true,
+                RecvOutcome::Received(false) => {
                     got = true;
                     break;
                 }

@@ -266,8 +266,9 @@ fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Resul
 /// Result of one receive attempt.
 #[derive(Debug)]
 pub(crate) enum RecvOutcome {
-    /// This many datagrams (before GRO splitting) were handed to the callback.
-    Received(usize),
+    /// Datagrams (before GRO splitting) were handed to the callback; `true`
+    /// when the batch was full, so more may be waiting.
+    Received(bool),
     /// Nothing was waiting.
     Empty,
     /// The kernel reported an error (usually a pending ICMP error, meaning the
@@ -279,6 +280,12 @@ pub(crate) enum RecvOutcome {
 pub(crate) struct RxBatch {
     /// Headers `0..dirty` may have been written by the last call.
     dirty: usize,
+    /// How many datagrams to ask for next: 1 while traffic comes one
+    /// datagram at a time (a full batch would cost the kernel an extra,
+    /// failing receive attempt after the one that succeeds), the whole batch
+    /// once two successive receives found something.
+    vlen: usize,
+    streak: u8,
     /// All headers have been set up once.
     ready: bool,
     data: Vec<u8>,
@@ -296,6 +303,8 @@ impl RxBatch {
     pub(crate) fn new(batch: usize) -> RxBatch {
         let n = batch.max(1);
         RxBatch {
+            vlen: 1,
+            streak: 0,
             dirty: 0,
             ready: false,
             data: vec![0u8; n * RX_BUF_SIZE],
@@ -357,12 +366,27 @@ impl RxBatch {
                 libc::SYS_recvmmsg,
                 sock.fd(),
                 self.hdrs.as_mut_ptr(),
-                n as libc::c_uint,
+                self.vlen as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut::<libc::timespec>(),
             )
         };
-        self.dirty = if r > 0 { r as usize + 1 } else { 1 };
+        self.dirty = if r > 0 { (r as usize + 1).min(n) } else { 1 };
+        let asked = self.vlen;
+        if r > 0 {
+            if asked == 1 {
+                self.streak = self.streak.saturating_add(1);
+                if self.streak >= 2 {
+                    self.vlen = n;
+                }
+            } else if r <= 1 {
+                self.vlen = 1;
+                self.streak = 0;
+            }
+        } else {
+            self.vlen = 1;
+            self.streak = 0;
+        }
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
@@ -400,7 +424,7 @@ impl RxBatch {
                 f(src, pkt);
             }
         }
-        RecvOutcome::Received(got)
+        RecvOutcome::Received(asked > 1 && got == asked)
     }
 }
 

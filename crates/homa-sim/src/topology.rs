@@ -7,7 +7,7 @@
 //! a message takes on an otherwise idle network.
 
 use homa_proto::wire::{self, Body, CommonHeader, Grant, DATA_PACKET_OVERHEAD};
-use homa_testnet::{Fabric, HostId, TwoLevel};
+use homa_testnet::{Ecmp, Fabric, HostId, TwoLevel};
 use serde::Serialize;
 
 /// Ethernet framing (preamble and start delimiter 8, header 14, FCS 4,
@@ -49,14 +49,28 @@ pub struct Topology {
     pub overhead_bytes: u32,
     /// Buffer of every switch output port in bytes; `None`: unlimited.
     pub switch_buffer_bytes: Option<u64>,
+    /// Spray packets over the aggregation switches (else one path per
+    /// sender/receiver pair, classic flow ECMP).
+    pub spray: bool,
 }
 
-/// A path class through the network: its links in order (rate, latency) and
-/// the delay of the node at the far end of each link.
+/// One link of a path and the node it leads to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hop {
+    pub rate_bps: u64,
+    pub latency_ns: u64,
+    /// Delay of the node at the far end (switch forwarding or host software).
+    pub node_delay_ns: u64,
+    /// The hop is one of several equal-cost links that packets are sprayed
+    /// over: on an idle network no packet of the message waits for another
+    /// here (packets may overtake each other).
+    pub sprayed: bool,
+}
+
+/// A path class through the network: its hops in order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Path {
-    /// (rate_bps, propagation ns, delay of the node the link leads to).
-    pub hops: Vec<(u64, u64, u64)>,
+    pub hops: Vec<Hop>,
 }
 
 /// Time to serialize `wire_bytes` at `rate_bps`, rounded up to whole ns (the
@@ -84,6 +98,7 @@ impl Topology {
             host_delay_ns: 500,
             overhead_bytes: ETH_IP_UDP_OVERHEAD,
             switch_buffer_bytes: None,
+            spray: true,
         }
     }
 
@@ -187,6 +202,7 @@ impl Topology {
             f.set_host_rx_delay(h, self.host_delay_ns);
         }
         f.set_switch_buffer_limits(self.switch_buffer_bytes);
+        f.set_ecmp(if self.spray { Ecmp::Spray } else { Ecmp::Flow });
         f
     }
 
@@ -206,11 +222,25 @@ impl Topology {
             self.switch_latency_ns,
             self.host_delay_ns,
         );
+        let hop = |rate_bps, node_delay_ns, sprayed| Hop {
+            rate_bps,
+            latency_ns: l,
+            node_delay_ns,
+            sprayed,
+        };
         let hops = match self.shape {
-            Shape::TwoLevel { uplink_bps, .. } if self.crosses_core(a, b) => {
-                vec![(h, l, s), (uplink_bps, l, s), (uplink_bps, l, s), (h, l, d)]
+            Shape::TwoLevel {
+                uplink_bps, aggs, ..
+            } if self.crosses_core(a, b) => {
+                let sprayed = self.spray && aggs > 1;
+                vec![
+                    hop(h, s, false),
+                    hop(uplink_bps, s, sprayed),
+                    hop(uplink_bps, s, sprayed),
+                    hop(h, d, false),
+                ]
             }
-            _ => vec![(h, l, s), (h, l, d)],
+            _ => vec![hop(h, s, false), hop(h, d, false)],
         };
         Path { hops }
     }
@@ -233,7 +263,7 @@ impl Topology {
         let wire = len as u64 + self.overhead_bytes as u64;
         path.hops
             .iter()
-            .map(|&(r, l, d)| tx_time(wire, r) + l + d)
+            .map(|h| tx_time(wire, h.rate_bps) + h.latency_ns + h.node_delay_ns)
             .sum()
     }
 
@@ -245,38 +275,46 @@ impl Topology {
         self.one_way_ns(&p, max_packet_size) + self.one_way_ns(&p, grant_len())
     }
 
-    /// Best-case one-way latency of a message of `size` bytes from host `a` to
-    /// host `b` on the idle network: the engine hands its packets to the NIC
-    /// back to back, each is stored and forwarded at every hop, and the
+    /// Best-case one-way latency of a message of `size` bytes along `path` on
+    /// the idle network: the engine hands its packets to the NIC back to back
+    /// (all at time 0), each is stored and forwarded at every hop, and the
     /// message is delivered when its last packet has reached the receiver and
-    /// passed its software delay. Computed hop by hop per packet, because a
-    /// short last packet can catch up with its predecessor where links are
-    /// faster.
+    /// passed its software delay. Computed hop by hop for every packet: a link
+    /// serves packets in the order they reach it, except on sprayed hops,
+    /// where each packet has a link to itself. (So a short last packet may
+    /// overtake its predecessor through the core, as it does in the network.)
     pub fn best_case_ns(&self, path: &Path, size: u32, max_packet_size: usize) -> u64 {
         let per = (max_packet_size - DATA_PACKET_OVERHEAD) as u64;
         let size = size as u64;
-        let n = size.div_ceil(per).max(1);
+        let n = size.div_ceil(per).max(1) as usize;
         let full_wire = max_packet_size as u64 + self.overhead_bytes as u64;
-        let last_wire =
-            (size - (n - 1) * per) + DATA_PACKET_OVERHEAD as u64 + self.overhead_bytes as u64;
-        // free[k]: when link k finishes its previous packet.
-        let mut free = vec![0u64; path.hops.len()];
-        let mut done = 0;
-        // The packets before the last are identical; their effect on the
-        // pipeline only needs simulating while it changes, but messages are at
-        // most a few tens of thousands of packets, so just run them all.
-        for i in 0..n {
-            let wire = if i + 1 == n { last_wire } else { full_wire };
-            let mut t = 0u64; // all packets are ready at the sender at time 0
-            for (k, &(rate, lat, delay)) in path.hops.iter().enumerate() {
-                let start = t.max(free[k]);
-                let end = start + tx_time(wire, rate);
-                free[k] = end;
-                t = end + lat + delay;
+        let last_wire = (size - (n as u64 - 1) * per)
+            + DATA_PACKET_OVERHEAD as u64
+            + self.overhead_bytes as u64;
+        let wire = |i: usize| if i + 1 == n { last_wire } else { full_wire };
+        // ready[i]: when packet i reaches the current hop's queue.
+        let mut ready = vec![0u64; n];
+        let mut order: Vec<usize> = (0..n).collect();
+        for hop in &path.hops {
+            if hop.sprayed {
+                for (i, r) in ready.iter_mut().enumerate() {
+                    *r += tx_time(wire(i), hop.rate_bps);
+                }
+            } else {
+                // FIFO in order of arrival (ties: the earlier packet first).
+                order.sort_by_key(|&i| (ready[i], i));
+                let mut free = 0u64;
+                for &i in &order {
+                    let end = ready[i].max(free) + tx_time(wire(i), hop.rate_bps);
+                    free = end;
+                    ready[i] = end;
+                }
             }
-            done = t;
+            for r in ready.iter_mut() {
+                *r += hop.latency_ns + hop.node_delay_ns;
+            }
         }
-        done
+        ready.into_iter().max().unwrap_or(0)
     }
 }
 

@@ -6,6 +6,7 @@ mod client;
 mod cluster_bench;
 mod echo_bench;
 mod server;
+mod sim;
 mod testbed;
 mod throughput_bench;
 
@@ -36,6 +37,8 @@ enum Command {
     Testbed(testbed::TestbedArgs),
     /// Cluster benchmark nodes and the whole Homa-vs-TCP experiment on the testbed.
     Bench(cluster_bench::BenchArgs),
+    /// Packet-level datacenter simulation of Homa (paper topology, workloads W1-W5, sweeps).
+    Sim(sim::SimArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,5 +49,6 @@ fn main() -> anyhow::Result<()> {
         Command::ThroughputBench(args) => throughput_bench::run(args),
         Command::Testbed(args) => testbed::run(args),
         Command::Bench(args) => cluster_bench::run(args),
+        Command::Sim(args) => sim::run(args),
     }
 }

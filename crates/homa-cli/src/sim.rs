@@ -1,0 +1,342 @@
+//! `homa sim`: the packet-level datacenter simulator (crate `homa-sim`).
+//!
+//! Options that take comma-separated lists (workload, load, variant,
+//! priorities, unscheduled bytes, overcommit, seed) make a sweep: every
+//! combination is simulated, in parallel across cores.
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use homa_sim::report;
+use homa_sim::sim::{Pattern, Progress, SimSpec, Stop, Variant};
+use homa_sim::topology::Topology;
+use homa_sim::workload::Workload;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// Workload(s): w1..w5, fixed:BYTES, or a CSV file (length_bytes,weight).
+    #[arg(long, default_value = "w3", value_delimiter = ',')]
+    workload: Vec<String>,
+    /// Offered load(s), fraction of host link bandwidth (wire bytes of DATA packets).
+    #[arg(long, default_value = "0.8", value_delimiter = ',')]
+    load: Vec<f64>,
+    /// Variant(s): homa, or basic (1 priority level, overcommitment 1).
+    #[arg(long, default_value = "homa", value_delimiter = ',')]
+    variant: Vec<String>,
+    /// Priority levels (1..=8); default 8 for homa, 1 for basic.
+    #[arg(long, value_delimiter = ',')]
+    priorities: Vec<u8>,
+    /// Unscheduled bytes per message; default one RTT, rounded up to whole packets.
+    #[arg(long, value_delimiter = ',')]
+    unsched_bytes: Vec<u32>,
+    /// Degree of overcommitment; default 8 for homa, 1 for basic.
+    #[arg(long, value_delimiter = ',')]
+    overcommit: Vec<usize>,
+    /// paper (9 racks x 16 hosts, 4 aggregation switches), star:N, or tree:RACKSxHOSTS:AGGS.
+    #[arg(long, default_value = "paper")]
+    topology: String,
+    /// Host link rate in Gbps.
+    #[arg(long)]
+    host_gbps: Option<f64>,
+    /// ToR-to-aggregation link rate in Gbps (two-level topologies).
+    #[arg(long)]
+    uplink_gbps: Option<f64>,
+    /// Forwarding latency per switch, ns.
+    #[arg(long)]
+    switch_ns: Option<u64>,
+    /// Propagation latency per link, ns.
+    #[arg(long)]
+    link_ns: Option<u64>,
+    /// Software delay per host (added to every packet received), ns.
+    #[arg(long)]
+    host_delay_ns: Option<u64>,
+    /// Buffer per switch output port, bytes (default unlimited).
+    #[arg(long)]
+    buffer_bytes: Option<u64>,
+    /// One path per sender/receiver pair instead of per-packet spraying.
+    #[arg(long)]
+    no_spray: bool,
+    /// uniform, or incast:N (N senders to one receiver at once).
+    #[arg(long, default_value = "uniform")]
+    pattern: String,
+    /// Measured messages per run.
+    #[arg(long, conflicts_with = "duration")]
+    messages: Option<u64>,
+    /// Simulated time to generate traffic for instead (e.g. 20ms, 1s, 500us, or ns).
+    #[arg(long)]
+    duration: Option<String>,
+    /// Fraction of the run at the start that is not measured.
+    #[arg(long, default_value = "0.1")]
+    warmup: f64,
+    /// Random seed(s).
+    #[arg(long, default_value = "1", value_delimiter = ',')]
+    seed: Vec<u64>,
+    /// Cap message lengths at this many bytes (default: uncapped, as the paper).
+    #[arg(long)]
+    cap: Option<u32>,
+    /// Largest datagram (UDP payload bytes).
+    #[arg(long, default_value = "1472")]
+    max_packet_size: usize,
+    /// Receive pool per host, MiB (default max(1 GiB, 4x the largest message)).
+    #[arg(long)]
+    pool_mb: Option<usize>,
+    /// Threads for sweeps (default: one per core).
+    #[arg(long, default_value = "0")]
+    threads: usize,
+    /// Print JSON instead of tables (an array when several runs).
+    #[arg(long)]
+    json: bool,
+    /// Write an SVG plot (slowdown vs size, p50 dashed, p99 solid) to this file.
+    #[arg(long)]
+    plot: Option<String>,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn parse_duration(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let (num, mult) = if let Some(v) = s.strip_suffix("ms") {
+        (v, 1e6)
+    } else if let Some(v) = s.strip_suffix("us") {
+        (v, 1e3)
+    } else if let Some(v) = s.strip_suffix("ns") {
+        (v, 1.0)
+    } else if let Some(v) = s.strip_suffix('s') {
+        (v, 1e9)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .with_context(|| format!("bad duration {s:?}"))?;
+    if !(v > 0.0) {
+        bail!("duration must be positive");
+    }
+    Ok((v * mult) as u64)
+}
+
+/// Every combination of the list-valued options.
+fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
+    let mut topo = Topology::parse(&a.topology).map_err(|e| anyhow!(e))?;
+    if let Some(g) = a.host_gbps {
+        topo.host_link_bps = (g * 1e9) as u64;
+    }
+    if let Some(g) = a.uplink_gbps {
+        match &mut topo.shape {
+            homa_sim::topology::Shape::TwoLevel { uplink_bps, .. } => {
+                *uplink_bps = (g * 1e9) as u64
+            }
+            _ => bail!("--uplink-gbps needs a two-level topology"),
+        }
+    }
+    if let Some(v) = a.switch_ns {
+        topo.switch_latency_ns = v;
+    }
+    if let Some(v) = a.link_ns {
+        topo.link_latency_ns = v;
+    }
+    if let Some(v) = a.host_delay_ns {
+        topo.host_delay_ns = v;
+    }
+    topo.switch_buffer_bytes = a.buffer_bytes;
+    topo.spray = !a.no_spray;
+    let pattern = Pattern::parse(&a.pattern).map_err(|e| anyhow!(e))?;
+    let stop = match (&a.duration, a.messages) {
+        (Some(d), _) => Stop::Duration(parse_duration(d)?),
+        (None, m) => Stop::Messages(m.unwrap_or(100_000)),
+    };
+    if !(0.0..1.0).contains(&a.warmup) {
+        bail!("--warmup must be in [0, 1)");
+    }
+    let opt = |v: &[u8]| -> Vec<Option<u8>> {
+        if v.is_empty() {
+            vec![None]
+        } else {
+            v.iter().map(|x| Some(*x)).collect()
+        }
+    };
+    let priorities = opt(&a.priorities);
+    for p in priorities.iter().flatten() {
+        if !(1..=8).contains(p) {
+            bail!("--priorities must be 1..=8");
+        }
+    }
+    let unsched: Vec<Option<u32>> = if a.unsched_bytes.is_empty() {
+        vec![None]
+    } else {
+        a.unsched_bytes.iter().map(|x| Some(*x)).collect()
+    };
+    let overcommit: Vec<Option<usize>> = if a.overcommit.is_empty() {
+        vec![None]
+    } else {
+        a.overcommit.iter().map(|x| Some(*x)).collect()
+    };
+    if overcommit.iter().flatten().any(|&o| o == 0) {
+        bail!("--overcommit must be at least 1");
+    }
+    let mut out = Vec::new();
+    for w in &a.workload {
+        let mut workload = Workload::parse(w)?;
+        if let Some(c) = a.cap {
+            workload = workload.capped(c);
+        }
+        for &load in &a.load {
+            if !(load > 0.0 && load < 2.0) {
+                bail!("--load {load} out of range (0, 2)");
+            }
+            for v in &a.variant {
+                let variant = Variant::parse(v).map_err(|e| anyhow!(e))?;
+                for &p in &priorities {
+                    for &u in &unsched {
+                        for &o in &overcommit {
+                            for &seed in &a.seed {
+                                out.push(SimSpec {
+                                    topology: topo,
+                                    pattern,
+                                    variant,
+                                    priorities: p,
+                                    unsched_bytes: u,
+                                    overcommit: o,
+                                    stop,
+                                    warmup: a.warmup,
+                                    seed,
+                                    max_packet_size: a.max_packet_size,
+                                    pool_bytes: a.pool_mb.map(|m| m << 20),
+                                    ..SimSpec::new(workload.clone(), load)
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(a: SimArgs) -> Result<()> {
+    let specs = specs(&a)?;
+    for s in &specs {
+        let (c, _) = s.engine_config();
+        c.validate().map_err(|e| anyhow!("{e}"))?;
+    }
+    let multi = MultiProgress::with_draw_target(if a.quiet {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
+    });
+    let style =
+        ProgressStyle::with_template("{prefix:>24} [{bar:30}] {pos}/{len} msgs {msg} ({elapsed})")
+            .expect("valid template")
+            .progress_chars("=> ");
+    let bars: Vec<ProgressBar> = specs
+        .iter()
+        .map(|s| {
+            let b = multi.add(ProgressBar::new(match s.stop {
+                Stop::Messages(m) => m,
+                Stop::Duration(_) => 0,
+            }));
+            b.set_style(style.clone());
+            b.set_prefix(format!(
+                "{} {:.0}% {}",
+                s.workload.name,
+                s.load * 100.0,
+                s.label()
+            ));
+            b.enable_steady_tick(Duration::from_millis(500));
+            b
+        })
+        .collect();
+    let progress = |i: usize, p: Progress| {
+        let b = &bars[i];
+        b.set_length(p.target);
+        b.set_position(p.delivered);
+        b.set_message(format!("{:.2} ms simulated", p.now as f64 / 1e6));
+    };
+    let reports = report::run_all(&specs, a.threads, &progress);
+    for b in &bars {
+        b.finish_and_clear();
+    }
+    if a.json {
+        let v = if reports.len() == 1 {
+            serde_json::to_string_pretty(&reports[0])?
+        } else {
+            serde_json::to_string_pretty(&reports)?
+        };
+        println!("{v}");
+    } else {
+        for r in &reports {
+            println!("{}", report::table(r));
+        }
+        if reports.len() > 1 {
+            println!("{}", report::summary(&reports));
+        }
+    }
+    if let Some(path) = &a.plot {
+        std::fs::write(path, report::plot(&reports)).with_context(|| format!("writing {path}"))?;
+        if !a.json {
+            println!("plot written to {path}");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: SimArgs,
+    }
+
+    #[test]
+    fn sweep_is_the_cartesian_product() {
+        let t = T::parse_from([
+            "x",
+            "--workload",
+            "w1,w3",
+            "--load",
+            "0.5,0.8",
+            "--variant",
+            "homa,basic",
+            "--priorities",
+            "4,8",
+            "--topology",
+            "star:8",
+            "--messages",
+            "1000",
+        ]);
+        let s = specs(&t.a).unwrap();
+        assert_eq!(s.len(), 16);
+        assert!(s
+            .iter()
+            .all(|x| x.topology.n_hosts() == 8 && x.stop == Stop::Messages(1000)));
+        assert_eq!(s[0].levels(), 4);
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        for args in [
+            vec!["x", "--load", "0"],
+            vec!["x", "--priorities", "9"],
+            vec!["x", "--topology", "ring"],
+            vec!["x", "--workload", "w7"],
+            vec!["x", "--variant", "tcp"],
+            vec!["x", "--warmup", "1.5"],
+            vec!["x", "--duration", "-3ms"],
+        ] {
+            let t = T::parse_from(args.clone());
+            assert!(specs(&t.a).is_err(), "{args:?}");
+        }
+        assert_eq!(parse_duration("20ms").unwrap(), 20_000_000);
+        assert_eq!(parse_duration("1.5s").unwrap(), 1_500_000_000);
+        assert_eq!(parse_duration("500us").unwrap(), 500_000);
+        assert_eq!(parse_duration("42").unwrap(), 42);
+    }
+}

@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 const MAX_RX_ROUNDS: usize = 8;
 /// While application threads are polling, the background thread still wakes
 /// this often if a timer is pending (they run timers too, this is a backstop).
-const BG_BACKSTOP_NS: u64 = 1_000_000;
+/// Kept long: every wake-up of an extra thread preempts a polling one on a
+/// busy machine and shows up in the latency tail.
+const BG_BACKSTOP_NS: u64 = 10_000_000;
 /// The background thread never sleeps longer than this, so a protocol timer
 /// (resend, timeout; hundreds of µs apart) set while it sleeps runs at most
 /// this late without anyone ringing it.
@@ -946,6 +948,12 @@ impl Shared {
     /// the engine if packets (or room to send) arrived.
     fn watch_socket(&self, timeout: Option<Duration>) {
         let tx = self.tx_pending.load(SeqCst);
+        // Wake for the engine's next timer too: while a thread watches, the
+        // background thread does not have to.
+        let now = self.now_ns();
+        let next = self.next_deadline.load(SeqCst);
+        let until_timer = Duration::from_nanos(next.saturating_sub(now));
+        let timeout = Some(timeout.map_or(until_timer, |t| t.min(until_timer)));
         let mut fds = [
             libc::pollfd {
                 fd: self.watcher_bell.fd(),
@@ -962,7 +970,7 @@ impl Shared {
         if fds[0].revents != 0 {
             self.watcher_bell.drain();
         }
-        if fds[1].revents != 0 {
+        if fds[1].revents != 0 || self.next_deadline.load(SeqCst) <= self.now_ns() {
             let mut d = self.driver.lock();
             let now = self.clock(&mut d);
             self.drive(&mut d, now, true);

@@ -1221,7 +1221,7 @@ impl Shared {
             let due = self.next_deadline.load(SeqCst) <= now;
             let sock_ready = nfds == 2 && fds[1].revents != 0;
             let others_drive = self.pollers.load(SeqCst) > 0 || self.watcher.load(SeqCst);
-            if (sock_ready || due) && (!others_drive || due) {
+            if due || (sock_ready && !others_drive) {
                 self.counters.bg_drives.fetch_add(1, Relaxed);
                 let mut d = self.driver.lock();
                 let now = self.clock(&mut d);

@@ -120,7 +120,7 @@ impl UdpSocket {
         let local = sock
             .local_addr()?
             .as_socket()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::Other, "socket has no IP address"))?;
+            .ok_or_else(|| io::Error::other("socket has no IP address"))?;
         Ok(UdpSocket {
             sock,
             v6,

@@ -441,3 +441,81 @@ fn ten_thousand_outstanding_rpcs_on_one_endpoint() {
     assert!(want.is_empty());
     assert_eq!(stop(server, workers), n);
 }
+
+/// Reads one datagram and the TOS byte it carried (IP_RECVTOS).
+fn recv_with_tos(sock: &std::net::UdpSocket) -> (usize, Option<u8>) {
+    use std::os::fd::AsRawFd;
+    let mut data = [0u8; 2048];
+    let mut ctrl = [0u64; 16];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: a zeroed msghdr pointing at live local buffers.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+    hdr.msg_controllen = std::mem::size_of_val(&ctrl);
+    // SAFETY: as above; the socket has a read timeout.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, 0) };
+    assert!(n > 0, "no datagram: {}", std::io::Error::last_os_error());
+    let mut tos = None;
+    // SAFETY: walks the control data the kernel wrote, within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_IP && (*c).cmsg_type == libc::IP_TOS {
+                tos = Some(*libc::CMSG_DATA(c));
+            }
+            c = libc::CMSG_NXTHDR(&hdr, c);
+        }
+    }
+    (n as usize, tos)
+}
+
+#[test]
+fn priority_is_carried_as_dscp_per_packet() {
+    use std::os::fd::AsRawFd;
+    // A plain socket stands in for the server and reads the TOS byte of the
+    // Homa packets it receives.
+    let spy = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    spy.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt with a pointer to a live int.
+    let r = unsafe {
+        libc::setsockopt(
+            spy.as_raw_fd(),
+            libc::SOL_IP,
+            libc::IP_RECVTOS,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0);
+    let dscp = [1, 2, 3, 4, 5, 6, 7, 46];
+    let client = Endpoint::bind_with("127.0.0.1:0", EndpointConfig { dscp, ..cfg() }).unwrap();
+    // A short request goes out at the highest unscheduled level (7), a
+    // long one's first packets at a lower unscheduled level.
+    let _short = client
+        .send_request(spy.local_addr().unwrap(), vec![1u8; 100])
+        .unwrap();
+    let (_, tos) = recv_with_tos(&spy);
+    assert_eq!(
+        tos,
+        Some(46 << 2),
+        "short message at level 7 -> DSCP 46 (EF)"
+    );
+    let _long = client
+        .send_request(spy.local_addr().unwrap(), vec![1u8; 500_000])
+        .unwrap();
+    let (n, tos) = recv_with_tos(&spy);
+    assert!(n > 1000);
+    let tos = tos.expect("TOS cmsg");
+    assert_eq!(tos & 3, 0, "ECN bits untouched");
+    let level = dscp
+        .iter()
+        .position(|d| *d == tos >> 2)
+        .expect("a configured DSCP value");
+    assert!(level < 7, "a 500 KB message does not use the top level");
+}

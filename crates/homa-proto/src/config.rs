@@ -113,7 +113,7 @@ impl Default for Config {
             pacer_bypass_bytes: 1_000,
             resend_interval_ns: 1_000_000,
             rpc_timeout_ns: 2_000_000_000,
-            tombstone_ns: 1_000_000_000,
+            tombstone_ns: 100_000_000,
             peer_idle_ns: 10_000_000_000,
             max_message_length: 1_000_000,
             max_server_rpcs_per_peer: 10_000,

@@ -2,12 +2,13 @@
 
 use crate::config::{Config, ConfigError};
 use crate::metrics::{DropReason, Metrics};
-use crate::peer::Peer;
+use crate::peer::{Peer, PeerAddr};
 use crate::pool::{Message, Pool};
 use crate::rpc::{OutMsg, Rpc, RpcKey, RpcState};
 use crate::wire::{self, Body, CommonHeader, Packet, MAX_ACKS_PER_PACKET, MAX_PRIORITIES};
 use bytes::Bytes;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use foldhash::HashMap;
+use std::collections::{BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use thiserror::Error;
 
@@ -147,11 +148,14 @@ pub struct Endpoint {
     pub(crate) pool: Pool,
     pub(crate) rpcs: Vec<Option<Rpc>>,
     pub(crate) free_keys: Vec<RpcKey>,
-    pub(crate) client_ids: BTreeMap<u64, RpcKey>,
-    pub(crate) server_ids: BTreeMap<(SocketAddr, u64), RpcKey>,
+    // Hash maps: looked up on every packet. Nothing iterates them in a way
+    // that reaches an output, so their random iteration order cannot make
+    // the engine non-deterministic.
+    pub(crate) client_ids: HashMap<u64, RpcKey>,
+    pub(crate) server_ids: HashMap<(PeerAddr, u64), RpcKey>,
     pub(crate) server_rpc_count: usize,
-    pub(crate) peers: BTreeMap<SocketAddr, Peer>,
-    pub(crate) tombstones: BTreeMap<(SocketAddr, u64), Time>,
+    pub(crate) peers: HashMap<PeerAddr, Peer>,
+    pub(crate) tombstones: HashMap<(PeerAddr, u64), Time>,
     pub(crate) tombstone_queue: VecDeque<(Time, SocketAddr, u64)>,
     pub(crate) next_id: u64,
     pub(crate) next_birth: u64,
@@ -220,11 +224,11 @@ impl Endpoint {
             pool: Pool::new(config.pool_bytes),
             rpcs: Vec::new(),
             free_keys: Vec::new(),
-            client_ids: BTreeMap::new(),
-            server_ids: BTreeMap::new(),
+            client_ids: HashMap::default(),
+            server_ids: HashMap::default(),
             server_rpc_count: 0,
-            peers: BTreeMap::new(),
-            tombstones: BTreeMap::new(),
+            peers: HashMap::default(),
+            tombstones: HashMap::default(),
             tombstone_queue: VecDeque::new(),
             next_id: splitmix64(config.rpc_id_seed).max(1),
             next_birth: 0,
@@ -281,7 +285,7 @@ impl Endpoint {
 
     /// Smallest round-trip time measured to `peer`, if any.
     pub fn peer_rtt_min(&self, peer: SocketAddr) -> Option<u64> {
-        self.peers.get(&peer).and_then(|p| p.rtt_min)
+        self.peers.get(&PeerAddr(peer)).and_then(|p| p.rtt_min)
     }
 
     /// True when the endpoint has no RPCs and nothing to transmit.
@@ -321,7 +325,7 @@ impl Endpoint {
         }
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        let unsched_priority = self.peers[&dest].unsched_priority(request.len() as u32);
+        let unsched_priority = self.peers[&PeerAddr(dest)].unsched_priority(request.len() as u32);
         let key = self.insert_rpc(now, true, id, dest, RpcState::ClientActive);
         self.rpc(key).out = Some(OutMsg::new(request, self.unsched_bytes, unsched_priority));
         self.client_ids.insert(id, key);
@@ -345,13 +349,16 @@ impl Endpoint {
                 max: self.config.max_message_length,
             });
         }
-        let key = match self.server_ids.get(&(rpc.peer, rpc.id)) {
+        let key = match self.server_ids.get(&(PeerAddr(rpc.peer), rpc.id)) {
             Some(&k) => k,
             None => return Err(SendError::UnknownRpc),
         };
-        let unsched_priority = self.peers.get(&rpc.peer).map_or(self.top_priority, |p| {
-            p.unsched_priority(response.len() as u32)
-        });
+        let unsched_priority = self
+            .peers
+            .get(&PeerAddr(rpc.peer))
+            .map_or(self.top_priority, |p| {
+                p.unsched_priority(response.len() as u32)
+            });
         let r = self.rpcs[key as usize].as_mut().unwrap();
         if r.state != RpcState::ServerInService {
             return Err(SendError::UnknownRpc);
@@ -415,7 +422,7 @@ impl Endpoint {
         };
         self.metrics.packets_received[decoded.packet.packet_type().index()] += 1;
         let c = decoded.common;
-        if let Some(peer) = self.peers.get_mut(&from) {
+        if let Some(peer) = self.peers.get_mut(&PeerAddr(from)) {
             peer.observe(now, c.send_time, c.echo_time);
         }
         match decoded.packet {
@@ -431,7 +438,7 @@ impl Endpoint {
                 }
                 None => self.metrics.drop(DropReason::UnknownRpc),
             },
-            Packet::Cutoffs(cut) => match self.peers.get_mut(&from) {
+            Packet::Cutoffs(cut) => match self.peers.get_mut(&PeerAddr(from)) {
                 Some(peer) => {
                     // Versions only move forward (modulo wrap-around), so a
                     // reordered older CUTOFFS cannot undo a newer one.
@@ -470,7 +477,7 @@ impl Endpoint {
     /// The RPC a packet from `from` refers to, by direction.
     pub(crate) fn lookup(&self, from: SocketAddr, c: &CommonHeader) -> Option<RpcKey> {
         if c.from_client {
-            self.server_ids.get(&(from, c.rpc_id)).copied()
+            self.server_ids.get(&(PeerAddr(from), c.rpc_id)).copied()
         } else {
             let key = *self.client_ids.get(&c.rpc_id)?;
             (self.rpcs[key as usize].as_ref().unwrap().peer == from).then_some(key)
@@ -484,7 +491,7 @@ impl Endpoint {
     /// Makes sure a peer entry exists, evicting an idle one if the table is
     /// full. False if no room can be made.
     pub(crate) fn ensure_peer(&mut self, now: Time, addr: SocketAddr) -> bool {
-        if self.peers.contains_key(&addr) {
+        if self.peers.contains_key(&PeerAddr(addr)) {
             return true;
         }
         if self.peers.len() >= self.config.max_peers {
@@ -495,7 +502,7 @@ impl Endpoint {
                 .peers
                 .iter()
                 .filter(|(_, p)| p.rpcs == 0)
-                .map(|(a, p)| (p.last_active, *a))
+                .map(|(a, p)| (p.last_active, a.0))
                 .collect();
             if idle.is_empty() {
                 return false;
@@ -503,10 +510,11 @@ impl Endpoint {
             let batch = (self.config.max_peers / 8).clamp(1, idle.len());
             idle.select_nth_unstable(batch - 1);
             for (_, a) in &idle[..batch] {
-                self.peers.remove(a);
+                self.peers.remove(&PeerAddr(*a));
             }
         }
-        self.peers.insert(addr, Peer::new(self.my_cutoffs, now));
+        self.peers
+            .insert(PeerAddr(addr), Peer::new(self.my_cutoffs, now));
         true
     }
 
@@ -542,7 +550,7 @@ impl Endpoint {
                 (self.rpcs.len() - 1) as RpcKey
             }
         };
-        let p = self.peers.get_mut(&peer).expect("peer exists");
+        let p = self.peers.get_mut(&PeerAddr(peer)).expect("peer exists");
         p.rpcs += 1;
         p.last_active = now;
         if !is_client {
@@ -562,14 +570,14 @@ impl Endpoint {
         if rpc.is_client {
             self.client_ids.remove(&rpc.id);
         } else {
-            self.server_ids.remove(&(rpc.peer, rpc.id));
+            self.server_ids.remove(&(PeerAddr(rpc.peer), rpc.id));
             self.server_rpc_count -= 1;
             // Only an executed request needs protection from being run again.
             if rpc.state != RpcState::ServerReceiving {
                 self.add_tombstone(now, rpc.peer, rpc.id);
             }
         }
-        if let Some(p) = self.peers.get_mut(&rpc.peer) {
+        if let Some(p) = self.peers.get_mut(&PeerAddr(rpc.peer)) {
             p.rpcs -= 1;
             if !rpc.is_client {
                 p.server_rpcs -= 1;
@@ -585,10 +593,14 @@ impl Endpoint {
         }
         while self.tombstone_queue.len() >= MAX_TOMBSTONES {
             let (_, p, i) = self.tombstone_queue.pop_front().unwrap();
-            self.tombstones.remove(&(p, i));
+            self.tombstones.remove(&(PeerAddr(p), i));
         }
         let expiry = now.saturating_add(self.config.tombstone_ns);
-        if self.tombstones.insert((peer, id), expiry).is_none() {
+        if self
+            .tombstones
+            .insert((PeerAddr(peer), id), expiry)
+            .is_none()
+        {
             self.tombstone_queue.push_back((expiry, peer, id));
         }
     }
@@ -599,8 +611,8 @@ impl Endpoint {
                 break;
             }
             self.tombstone_queue.pop_front();
-            if self.tombstones.get(&(p, i)) == Some(&t) {
-                self.tombstones.remove(&(p, i));
+            if self.tombstones.get(&(PeerAddr(p), i)) == Some(&t) {
+                self.tombstones.remove(&(PeerAddr(p), i));
             }
         }
     }
@@ -659,7 +671,7 @@ impl Endpoint {
             return;
         }
         let mut ids = vec![c.rpc_id];
-        if let Some(peer) = self.peers.get_mut(&from) {
+        if let Some(peer) = self.peers.get_mut(&PeerAddr(from)) {
             while ids.len() < MAX_ACKS_PER_PACKET {
                 match peer.pending_acks.pop() {
                     Some(id) if id != c.rpc_id => ids.push(id),
@@ -679,7 +691,7 @@ impl Endpoint {
 
     /// The client acknowledged RPC `id`: drop its server state.
     pub(crate) fn handle_ack_id(&mut self, now: Time, from: SocketAddr, id: u64) {
-        if let Some(&key) = self.server_ids.get(&(from, id)) {
+        if let Some(&key) = self.server_ids.get(&(PeerAddr(from), id)) {
             if self.rpcs[key as usize].as_ref().unwrap().state == RpcState::ServerResponding {
                 self.metrics.acks_processed += 1;
                 self.free_rpc(now, key);
@@ -700,7 +712,7 @@ impl Endpoint {
             retransmit: false,
             rpc_id,
             send_time: now.max(1),
-            echo_time: self.peers.get(&dest).map_or(0, |p| p.echo_time),
+            echo_time: self.peers.get(&PeerAddr(dest)).map_or(0, |p| p.echo_time),
         }
     }
 

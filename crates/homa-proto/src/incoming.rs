@@ -3,6 +3,7 @@
 
 use crate::endpoint::{Control, ControlBody, Endpoint, Event, RpcError, RpcId, ServerRpc, Time};
 use crate::metrics::DropReason;
+use crate::peer::PeerAddr;
 use crate::rpc::{InMsg, RpcKey, RpcState};
 use crate::wire::{CommonHeader, DataHeader, MAX_ACKS_PER_PACKET};
 use std::net::SocketAddr;
@@ -22,7 +23,7 @@ impl Endpoint {
             self.handle_ack_id(now, from, h.ack);
         }
         let key = if c.from_client {
-            match self.server_ids.get(&(from, c.rpc_id)) {
+            match self.server_ids.get(&(PeerAddr(from), c.rpc_id)) {
                 Some(&k) => k,
                 None => match self.new_server_rpc(now, from, c, h) {
                     Some(k) => k,
@@ -154,7 +155,7 @@ impl Endpoint {
         c: &CommonHeader,
         h: &DataHeader,
     ) -> Option<RpcKey> {
-        let reason = if self.tombstones.contains_key(&(from, c.rpc_id)) {
+        let reason = if self.tombstones.contains_key(&(PeerAddr(from), c.rpc_id)) {
             Some(DropReason::Tombstone)
         } else if h.message_length > self.config.max_message_length {
             Some(DropReason::MessageTooLong)
@@ -162,7 +163,7 @@ impl Endpoint {
             Some(DropReason::TooManyRpcs)
         } else if !self.ensure_peer(now, from) {
             Some(DropReason::TooManyPeers)
-        } else if self.peers[&from].server_rpcs >= self.config.max_server_rpcs_per_peer {
+        } else if self.peers[&PeerAddr(from)].server_rpcs >= self.config.max_server_rpcs_per_peer {
             Some(DropReason::TooManyRpcs)
         } else {
             None
@@ -171,18 +172,18 @@ impl Endpoint {
             self.metrics.drop(r);
             return None;
         }
-        let peer = self.peers.get_mut(&from).unwrap();
+        let peer = self.peers.get_mut(&PeerAddr(from)).unwrap();
         if peer.echo_time == 0 {
             peer.observe(now, c.send_time, c.echo_time);
         }
         let key = self.insert_rpc(now, false, c.rpc_id, from, RpcState::ServerReceiving);
-        self.server_ids.insert((from, c.rpc_id), key);
+        self.server_ids.insert((PeerAddr(from), c.rpc_id), key);
         Some(key)
     }
 
     fn maybe_send_cutoffs(&mut self, now: Time, from: SocketAddr, c: &CommonHeader) {
         let interval = self.config.resend_interval_ns;
-        let Some(peer) = self.peers.get_mut(&from) else {
+        let Some(peer) = self.peers.get_mut(&PeerAddr(from)) else {
             return;
         };
         if peer.cutoffs_sent_at.is_some_and(|t| now < t + interval) {
@@ -262,7 +263,7 @@ impl Endpoint {
             });
             self.metrics.responses_delivered += 1;
             self.free_rpc(now, key);
-            if let Some(p) = self.peers.get_mut(&peer) {
+            if let Some(p) = self.peers.get_mut(&PeerAddr(peer)) {
                 p.pending_acks.push(id);
                 if p.pending_acks.len() >= MAX_ACKS_PER_PACKET {
                     let ids = std::mem::take(&mut p.pending_acks);

@@ -3,6 +3,7 @@
 
 use crate::endpoint::{ControlBody, Endpoint, Time, Transmit};
 use crate::metrics::DropReason;
+use crate::peer::PeerAddr;
 use crate::rpc::RpcKey;
 use crate::wire::{self, Body, CommonHeader, DataHeader, PacketType};
 use std::net::SocketAddr;
@@ -48,7 +49,7 @@ impl Endpoint {
         if let Some(c) = self.control.pop_front() {
             let ptype = self.encode_control(now, &c, buf);
             if let ControlBody::Cutoffs = c.body {
-                if let Some(p) = self.peers.get_mut(&c.dest) {
+                if let Some(p) = self.peers.get_mut(&PeerAddr(c.dest)) {
                     p.cutoffs_sent_at = Some(now);
                 }
             }
@@ -140,7 +141,7 @@ impl Endpoint {
             out.sched_priority
         });
         let (dest, is_client, id) = (rpc.peer, rpc.is_client, rpc.id);
-        let peer = self.peers.get_mut(&dest);
+        let peer = self.peers.get_mut(&PeerAddr(dest));
         let (echo_time, cutoff_version, ack) = match peer {
             Some(p) => (
                 p.echo_time,

@@ -2,6 +2,8 @@
 
 use crate::endpoint::Time;
 use crate::wire::MAX_PRIORITIES;
+use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
 
 pub(crate) struct Peer {
     /// The peer's unscheduled cutoffs (what we use when sending to it).
@@ -63,5 +65,40 @@ impl Peer {
             self.rtt_recent = Some(rtt);
             self.rtt_min = Some(self.rtt_min.map_or(rtt, |m| m.min(rtt)));
         }
+    }
+}
+
+/// A peer's address as a hash-map key. Hashing a `SocketAddr` field by field
+/// costs several hasher calls per lookup, and lookups happen several times per
+/// packet; this hashes two machine words. Equality ignores the IPv6 flow label,
+/// which does not identify a socket.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PeerAddr(pub SocketAddr);
+
+impl PeerAddr {
+    fn words(&self) -> (u128, u64) {
+        match self.0 {
+            SocketAddr::V4(a) => (u32::from(*a.ip()) as u128, a.port() as u64),
+            SocketAddr::V6(a) => (
+                u128::from(*a.ip()),
+                a.port() as u64 | 1 << 16 | (a.scope_id() as u64) << 32,
+            ),
+        }
+    }
+}
+
+impl PartialEq for PeerAddr {
+    fn eq(&self, other: &Self) -> bool {
+        self.words() == other.words()
+    }
+}
+
+impl Eq for PeerAddr {}
+
+impl Hash for PeerAddr {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let (ip, rest) = self.words();
+        state.write_u128(ip);
+        state.write_u64(rest);
     }
 }

@@ -137,9 +137,12 @@ pub struct ClientArgs {
     /// Client threads (sockets).
     #[arg(long, default_value_t = 1)]
     pub ports: usize,
-    /// TCP connections per server per client port.
+    /// TCP connections per server per client port opened at start...
     #[arg(long, default_value_t = 4)]
     pub tcp_conns: usize,
+    /// ...and at most this many (more are opened while all are busy).
+    #[arg(long, default_value_t = 64)]
+    pub tcp_max_conns: usize,
     /// Recorded seconds (after the warm-up).
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
@@ -177,10 +180,10 @@ pub struct ClusterArgs {
     /// Unrecorded warm-up per transport, seconds.
     #[arg(long, default_value_t = 1.0)]
     pub warmup: f64,
-    /// Client sockets (threads) per host.
-    #[arg(long, default_value_t = 2)]
+    /// TCP client sockets (threads) per host (Homa uses the host's one endpoint).
+    #[arg(long, default_value_t = 1)]
     pub client_ports: usize,
-    /// Server ports per host.
+    /// TCP server ports per host (Homa uses the host's one endpoint).
     #[arg(long, default_value_t = 2)]
     pub server_ports: usize,
     /// Threads per Homa server port.
@@ -189,9 +192,12 @@ pub struct ClusterArgs {
     /// Cap on outstanding RPCs per client socket.
     #[arg(long, default_value_t = 200)]
     pub max_outstanding: usize,
-    /// TCP connections per server per client socket.
+    /// TCP connections per server per client socket opened at start...
     #[arg(long, default_value_t = 4)]
     pub tcp_conns: usize,
+    /// ...and at most this many (more are opened while all are busy).
+    #[arg(long, default_value_t = 64)]
+    pub tcp_max_conns: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Homa busy-poll time, µs.
@@ -200,6 +206,10 @@ pub struct ClusterArgs {
     /// The Homa engine's RTT estimate, µs (default: measured).
     #[arg(long)]
     pub rtt_us: Option<u64>,
+    /// Homa engine parameter overrides, KEY=VALUE (repeatable; the keys of
+    /// `homa server --set`, e.g. resend_interval_us=5000).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// Leave the testbed up afterwards.
     #[arg(long)]
     pub keep_testbed: bool,
@@ -267,6 +277,7 @@ fn client(a: ClientArgs) -> anyhow::Result<()> {
             .collect(),
         pattern: Pattern::new(w.max_len() as usize),
         homa: a.engine.config(&w),
+        homa_endpoint: None,
         workload: Arc::new(w),
         gbps: a.gbps,
         max_outstanding: a.max_outstanding,
@@ -276,6 +287,7 @@ fn client(a: ClientArgs) -> anyhow::Result<()> {
         drain: Duration::from_secs(3),
         seed: a.seed,
         tcp_conns: a.tcp_conns,
+        tcp_max_conns: a.tcp_max_conns,
         progress: None,
     };
     let r = bench::run_client(&spec)?;
@@ -353,10 +365,24 @@ fn cluster_cmd(a: ClusterArgs) -> anyhow::Result<()> {
     cfg.server_threads = a.server_threads;
     cfg.max_outstanding = a.max_outstanding;
     cfg.tcp_conns = a.tcp_conns;
+    cfg.tcp_max_conns = a.tcp_max_conns;
     cfg.seed = a.seed;
     cfg.poll_us = a.poll_us;
     cfg.rtt_us = a.rtt_us;
     cfg.keep_testbed = a.keep_testbed;
+    if !a.set.is_empty() {
+        // Check them now rather than mid-run.
+        let mut probe = homa::EngineConfig::default();
+        for kv in &a.set {
+            crate::bench::set_engine_param(&mut probe, kv)?;
+        }
+        let set = a.set.clone();
+        cfg.adjust_engine = Some(Arc::new(move |c: &mut homa::EngineConfig| {
+            for kv in &set {
+                let _ = crate::bench::set_engine_param(c, kv);
+            }
+        }));
+    }
     cfg.progress = !a.quiet;
     let report = cluster::run(&cfg)?;
     if let Some(dir) = &a.report {

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Everything a cluster run needs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ClusterConfig {
     pub testbed: TestbedConfig,
     pub workload: Workload,
@@ -47,8 +47,10 @@ pub struct ClusterConfig {
     pub server_threads: usize,
     /// Cap on outstanding RPCs per client port.
     pub max_outstanding: usize,
-    /// TCP connections from each client port to each server.
+    /// TCP connections from each client port to each server at start...
     pub tcp_conns: usize,
+    /// ...and at most (more are opened while all are busy).
+    pub tcp_max_conns: usize,
     pub seed: u64,
     /// Homa busy-poll time before sleeping, µs.
     pub poll_us: u64,
@@ -58,6 +60,24 @@ pub struct ClusterConfig {
     /// Leave the testbed up afterwards.
     pub keep_testbed: bool,
     pub progress: bool,
+    /// Last word on the Homa engine's parameters (e.g. the CLI's `--set`),
+    /// applied before the priority plan is computed.
+    pub adjust_engine: Option<EngineHook>,
+}
+
+/// A change to the engine configuration.
+pub type EngineHook = Arc<dyn Fn(&mut homa::EngineConfig) + Send + Sync>;
+
+impl std::fmt::Debug for ClusterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("testbed", &self.testbed)
+            .field("workload", &self.workload.name)
+            .field("load", &self.load)
+            .field("transports", &self.transports)
+            .field("seconds", &self.seconds)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ClusterConfig {
@@ -70,16 +90,18 @@ impl ClusterConfig {
             transports: vec![Transport::Homa, Transport::Tcp, Transport::HomaNoprio],
             seconds: 10.0,
             warmup: 1.0,
-            client_ports: 2,
+            client_ports: 1,
             server_ports: 2,
             server_threads: 2,
             max_outstanding: 200,
             tcp_conns: 4,
+            tcp_max_conns: 64,
             seed: 1,
             poll_us: 0,
             rtt_us: None,
             keep_testbed: false,
             progress: true,
+            adjust_engine: None,
         }
     }
 
@@ -117,6 +139,9 @@ impl ClusterConfig {
     }
 }
 
+/// UDP payload / frame bytes of a full Homa packet (1472 / 1514).
+const PAYLOAD_SHARE: f64 = 1472.0 / 1514.0;
+
 /// Base port of a transport's servers (each phase has its own, so a socket
 /// lingering from the previous phase never collides).
 fn base_port(t: Transport) -> u16 {
@@ -134,9 +159,21 @@ pub fn homa_config(cfg: &ClusterConfig, rtt_ns: u64) -> (homa::EndpointConfig, P
         poll: Duration::from_micros(cfg.poll_us),
         ..Default::default()
     };
-    c.engine.link_bps = cfg.rate_bps();
+    // The engine counts UDP payload bytes; the shaper counts frames (42
+    // more bytes: UDP, IP, Ethernet). Pacing to the payload share of a
+    // full frame keeps the emulated NIC's queue from growing.
+    c.engine.link_bps = (cfg.rate_bps() as f64 * PAYLOAD_SHARE) as u64;
     c.engine.rtt_ns = rtt_ns.max(1_000);
     c.engine.max_message_length = cfg.workload.max_len().max(c.engine.max_message_length);
+    // Silence before asking for a resend: the default (1 ms) suits 25 Gbit/s;
+    // on a slow link a granted packet can legitimately wait longer than that
+    // behind higher-priority traffic, and spurious resends waste the link.
+    // 100 full packets' wire time (12 ms at 100 Mbit/s), at least 1 ms.
+    let resend = 100 * c.engine.wire_time_ns(c.engine.max_packet_size);
+    c.engine.resend_interval_ns = c.engine.resend_interval_ns.max(resend);
+    if let Some(f) = &cfg.adjust_engine {
+        f(&mut c.engine);
+    }
     let unsched = c.engine.rtt_bytes();
     let plan = PriorityPlan::compute(&cfg.workload, unsched, 8);
     plan.apply(&mut c.engine);
@@ -179,7 +216,7 @@ fn start_servers(
             transport: t,
             ip: IpAddr::V4(host_addr(i)),
             base_port: base_port(t),
-            ports: cfg.server_ports,
+            ports: server_ports(t, cfg),
             threads_per_port: cfg.server_threads,
             homa: homa.clone(),
             max_message: cfg.workload.max_len() as usize,
@@ -187,6 +224,17 @@ fn start_servers(
         s.0.push(run_in(&tb.ns(i), move || start_server(&spec))?);
     }
     Ok(s)
+}
+
+/// Homa hosts have one endpoint each (the host's Homa stack: one pacer, one
+/// SRPT queue, shared by its server threads and its client); TCP servers
+/// have `server_ports` listening ports, each with its own event loop.
+fn server_ports(t: Transport, cfg: &ClusterConfig) -> usize {
+    if t.is_homa() {
+        1
+    } else {
+        cfg.server_ports
+    }
 }
 
 fn server_addrs(i: usize, t: Transport, ports: usize) -> Vec<SocketAddr> {
@@ -374,12 +422,12 @@ fn run_phase(
             ip: IpAddr::V4(host_addr(i)),
             servers: (0..n)
                 .filter(|&j| j != i)
-                .map(|j| server_addrs(j, t, cfg.server_ports))
+                .map(|j| server_addrs(j, t, server_ports(t, cfg)))
                 .collect(),
             workload: workload.clone(),
             gbps: cfg.load * cfg.testbed.gbps,
             max_outstanding: cfg.max_outstanding,
-            ports: cfg.client_ports,
+            ports: if t.is_homa() { 1 } else { cfg.client_ports },
             warmup,
             duration: window,
             drain,
@@ -388,7 +436,9 @@ fn run_phase(
                 .wrapping_mul(1_000_003)
                 .wrapping_add((k * 1000 + i) as u64 + 1),
             homa: homa_cfg.clone(),
+            homa_endpoint: servers.0[i].homa_endpoint.clone(),
             tcp_conns: cfg.tcp_conns,
+            tcp_max_conns: cfg.tcp_max_conns.max(cfg.tcp_conns),
             pattern: pattern.clone(),
             progress: Some(progress.clone()),
         };
@@ -432,6 +482,16 @@ fn run_phase(
             }
         }
     }
+    // The Homa engines' loss-recovery counters (cumulative since the phase
+    // began: each phase opens fresh endpoints).
+    let mut recovery = (0u64, 0u64);
+    for h in &servers.0 {
+        if let Some(ep) = &h.homa_endpoint {
+            let m = ep.metrics();
+            recovery.0 += m.resends_sent;
+            recovery.1 += m.retransmitted_packets;
+        }
+    }
     servers.stop()?;
     if let Some(e) = first_err {
         return Err(e);
@@ -452,7 +512,10 @@ fn run_phase(
         "{} RPCs, {} failed, CPU {:.0}%",
         total.completed, total.failed, cpu.machine_percent
     ));
-    Ok(summarize(t, cfg, n, total, cpu, &net, baseline))
+    let mut r = summarize(t, cfg, n, total, cpu, &net, baseline);
+    r.homa_resends = recovery.0;
+    r.homa_retransmitted_packets = recovery.1;
+    Ok(r)
 }
 
 fn summarize(
@@ -483,6 +546,12 @@ fn summarize(
         .collect();
     rtt.sort_by(f64::total_cmp);
     let pct = |v: &[f64], p: f64| homa_sim::stats::percentile(v, p);
+    let mut lag: Vec<f64> = total
+        .samples
+        .iter()
+        .map(|s| s.lag_ns as f64 / 1e3)
+        .collect();
+    lag.sort_by(f64::total_cmp);
     let per_host_gbps = total.gbps() / n as f64;
     let link_secs = cfg.seconds * n as f64;
     let utilization = net.downlink_bytes() as f64 * 8.0 / (cfg.rate_bps() as f64 * link_secs);
@@ -522,6 +591,11 @@ fn summarize(
         unfinished: total.unfinished,
         cap_waits: total.cap_waits,
         pipelined: total.pipelined,
+        extra_connections: total.connections,
+        homa_resends: 0,
+        homa_retransmitted_packets: 0,
+        p50_lag_us: pct(&lag, 50.0),
+        p99_lag_us: pct(&lag, 99.0),
         errors: total.errors,
     }
 }

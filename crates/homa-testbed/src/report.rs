@@ -95,6 +95,15 @@ pub struct TransportResult {
     pub unfinished: u64,
     pub cap_waits: u64,
     pub pipelined: u64,
+    /// TCP: connections opened during the run beyond the initial pool.
+    pub extra_connections: u64,
+    /// Homa: RESEND requests sent and packets retransmitted (whole phase).
+    pub homa_resends: u64,
+    pub homa_retransmitted_packets: u64,
+    /// How late requests left after their scheduled arrival (a sign of a
+    /// client short of CPU), µs.
+    pub p50_lag_us: f64,
+    pub p99_lag_us: f64,
     pub errors: Vec<String>,
 }
 
@@ -273,11 +282,11 @@ impl ClusterReport {
         for n in &self.notes {
             let _ = writeln!(h, "<p class=\"bad\">{}</p>", esc(n));
         }
-        let _ = writeln!(h, "<h2>Summary</h2><table><tr><th>transport</th><th>RPCs</th><th>p50 slowdown</th><th>p99</th><th>p99.9</th><th>p50 RTT µs</th><th>p99 RTT µs</th><th>achieved Gbit/s per host</th><th>load</th><th>link utilization</th><th>CPU % (machine)</th><th>CPU % (bench)</th><th>CPU pressure %</th><th>drops</th><th>failed</th><th>cap waits</th><th>pipelined</th></tr>");
+        let _ = writeln!(h, "<h2>Summary</h2><table><tr><th>transport</th><th>RPCs</th><th>p50 slowdown</th><th>p99</th><th>p99.9</th><th>p50 RTT µs</th><th>p99 RTT µs</th><th>achieved Gbit/s per host</th><th>load</th><th>link utilization</th><th>CPU % (machine)</th><th>CPU % (bench)</th><th>CPU pressure %</th><th>drops</th><th>failed</th><th>cap waits</th><th>p99 send lag µs</th><th>TCP conns opened / pipelined</th></tr>");
         for t in &self.transports {
             let _ = writeln!(
                 h,
-                "<tr><th>{}</th><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.0}</td><td>{:.0}</td><td>{:.4}</td><td>{:.0}%</td><td>{:.0}%</td><td{}>{:.0}{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><th>{}</th><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.0}</td><td>{:.0}</td><td>{:.4}</td><td>{:.0}%</td><td>{:.0}%</td><td{}>{:.0}{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{} / {}</td></tr>",
                 esc(&t.transport),
                 t.rpcs,
                 t.p50_slowdown,
@@ -299,6 +308,8 @@ impl ClusterReport {
                 t.drops,
                 t.failed,
                 t.cap_waits,
+                t.p99_lag_us,
+                t.extra_connections,
                 t.pipelined
             );
         }
@@ -472,6 +483,11 @@ mod tests {
             unfinished: 0,
             cap_waits: 0,
             pipelined: 0,
+            extra_connections: 0,
+            homa_resends: 0,
+            homa_retransmitted_packets: 0,
+            p50_lag_us: 1.0,
+            p99_lag_us: 2.0,
             errors: vec![],
         }
     }

@@ -43,10 +43,12 @@ pub fn class_of_level(level: u8, classes: u8) -> u8 {
     ((level.min(7) as u32 * classes) / 8) as u8
 }
 
-/// Burst of the link class: a few packets, or 200 µs at the link rate, so the
-/// shaper is smooth at low rates and not timer-bound at high ones.
+/// Burst of the link class: one full frame (plus slack), or 20 µs at the
+/// link rate if that is more. A token bucket lets a burst pass at once after
+/// an idle period; a larger burst would let a several-packet message cross
+/// an idle link faster than its wire time, which no real link does.
 fn link_burst_bytes(rate_bps: u64) -> u64 {
-    (rate_bps / 8 / 5_000).max(4_000)
+    (rate_bps / 8 / 50_000).max(1_600)
 }
 
 /// `tc` batch lines that (re)build the tree on `dev`. The first line deletes

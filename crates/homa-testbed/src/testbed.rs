@@ -646,6 +646,9 @@ fn fmt_port(f: &mut fmt::Formatter<'_>, what: &str, p: &PortStats) -> fmt::Resul
     )?;
     for c in p.classes.iter().rev() {
         write!(f, " {}:{}", c.class.unwrap_or(0), c.packets)?;
+        if c.drops > 0 {
+            write!(f, "(-{})", c.drops)?;
+        }
     }
     writeln!(f)
 }

@@ -1,7 +1,8 @@
 //! Bench server and client over Homa (the `homa` crate's runtime).
 
 use super::{
-    record, ClientResult, ClientSpec, Schedule, ServerHandle, ServerSpec, ServerStats, Transport,
+    record, Arrival, ClientResult, ClientSpec, Schedule, ServerHandle, ServerSpec, ServerStats,
+    Transport,
 };
 use crate::{Error, Result};
 use bytes::Bytes;
@@ -52,6 +53,7 @@ pub(crate) fn start_server(spec: &ServerSpec) -> Result<ServerHandle> {
     let addrs = eps.iter().map(Endpoint::local_addr).collect();
     Ok(ServerHandle {
         addrs,
+        homa_endpoint: eps.first().cloned(),
         stop: Box::new(move || {
             for ep in &eps {
                 ep.shutdown();
@@ -99,14 +101,19 @@ fn serve(ep: &Endpoint, c: &Counters) {
 
 /// One client port: an endpoint issuing the schedule's arrivals.
 pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<ClientResult> {
-    let cfg = endpoint_config(spec.transport, &spec.homa);
-    let ep = Endpoint::bind_with(SocketAddr::new(spec.ip, 0), cfg)?;
+    let (ep, own) = match &spec.homa_endpoint {
+        Some(ep) => (ep.clone(), false),
+        None => {
+            let cfg = endpoint_config(spec.transport, &spec.homa);
+            (Endpoint::bind_with(SocketAddr::new(spec.ip, 0), cfg)?, true)
+        }
+    };
     let mut r = ClientResult {
         window_secs: sched.window_secs(),
         ..Default::default()
     };
-    let mut pending: HashMap<RpcId, (u64, usize, Instant)> = HashMap::new();
-    let mut backlog: VecDeque<(u64, usize, usize)> = VecDeque::new();
+    let mut pending: HashMap<RpcId, (Arrival, Instant)> = HashMap::new();
+    let mut backlog: VecDeque<Arrival> = VecDeque::new();
     loop {
         let now = Instant::now();
         while let Some(t) = sched.next_arrival() {
@@ -119,16 +126,16 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
             backlog.push_back(sched.take_arrival());
         }
         while pending.len() < spec.max_outstanding {
-            let Some((seq, len, server)) = backlog.pop_front() else {
+            let Some(a) = backlog.pop_front() else {
                 break;
             };
-            let ports = &spec.servers[server];
+            let ports = &spec.servers[a.server];
             let dest = ports[sched.pick(ports.len())];
             let t0 = Instant::now();
             r.issued += 1;
-            match ep.send_request_shared(dest, spec.pattern.payload(seq, len)) {
+            match ep.send_request_shared(dest, spec.pattern.payload(a.seq, a.len)) {
                 Ok(id) => {
-                    pending.insert(id, (seq, len, t0));
+                    pending.insert(id, (a, t0));
                 }
                 Err(e) => r.error(format!("send to {dest}: {e}")),
             }
@@ -151,14 +158,15 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
             Err(e) => return Err(e.into()),
         };
         let done = Instant::now();
-        let Some((seq, len, t0)) = pending.remove(&resp.id) else {
+        let Some((a, t0)) = pending.remove(&resp.id) else {
             continue;
         };
+        let (seq, len) = (a.seq, a.len);
         match resp.result {
             Ok(msg) => {
                 let expect = spec.pattern.payload(seq, len);
                 if msg.len() == len && msg == *expect {
-                    record(&mut r, &sched, len, t0, done, &spec.progress);
+                    record(&mut r, &sched, &a, t0, done, &spec.progress);
                 } else {
                     r.mismatches += 1;
                     r.error(format!(
@@ -170,6 +178,13 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
             Err(e) => r.error(format!("RPC of {len} bytes to {}: {e}", resp.peer)),
         }
     }
-    ep.shutdown();
+    if own {
+        ep.shutdown();
+    } else {
+        // Abandon what is left so that the shared endpoint forgets it.
+        for id in pending.keys() {
+            ep.cancel(*id);
+        }
+    }
     Ok(r)
 }

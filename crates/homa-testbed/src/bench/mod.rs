@@ -139,6 +139,9 @@ pub struct ServerStats {
 pub struct ServerHandle {
     pub(crate) stop: Box<dyn FnOnce() -> Result<ServerStats> + Send>,
     pub addrs: Vec<SocketAddr>,
+    /// Homa: the first port's endpoint, which a client on the same host can
+    /// share (see [`ClientSpec::homa_endpoint`]).
+    pub homa_endpoint: Option<homa::Endpoint>,
 }
 
 impl ServerHandle {
@@ -182,8 +185,17 @@ pub struct ClientSpec {
     pub drain: Duration,
     pub seed: u64,
     pub homa: homa::EndpointConfig,
-    /// TCP: connections to each server per client port.
+    /// Homa: issue the RPCs on this endpoint (the host's server endpoint)
+    /// instead of opening one per client port. The runtime paces each
+    /// endpoint to the link rate on its own, so separate endpoints on one
+    /// host would together overrun its link; one endpoint per host is the
+    /// user-space equivalent of the Linux module's per-host pacer and SRPT
+    /// queue. Requires `ports == 1`.
+    pub homa_endpoint: Option<homa::Endpoint>,
+    /// TCP: connections to each server per client port opened at start...
     pub tcp_conns: usize,
+    /// ...and at most this many (more are opened while all are busy).
+    pub tcp_max_conns: usize,
     pub pattern: Pattern,
     /// Incremented per completed RPC (for progress bars).
     pub progress: Option<Arc<std::sync::atomic::AtomicU64>>,
@@ -208,6 +220,11 @@ impl ClientSpec {
                 "ports, outstanding cap and connections must be positive".into(),
             ));
         }
+        if self.homa_endpoint.is_some() && self.ports != 1 {
+            return Err(Error::Config(
+                "a shared Homa endpoint takes exactly one client port".into(),
+            ));
+        }
         if self.workload.max_len() as usize > self.pattern.max_len() {
             return Err(Error::Config("pattern shorter than the workload".into()));
         }
@@ -220,6 +237,9 @@ impl ClientSpec {
 pub struct Sample {
     pub size: u32,
     pub rtt_ns: u64,
+    /// How late the client sent the request after its scheduled arrival
+    /// (a client starved of CPU, or waiting on the outstanding cap).
+    pub lag_ns: u64,
 }
 
 /// What a client node measured.
@@ -242,6 +262,8 @@ pub struct ClientResult {
     pub cap_waits: u64,
     /// TCP: requests queued behind another on a busy connection.
     pub pipelined: u64,
+    /// TCP: connections opened beyond the initial pool.
+    pub connections: u64,
     /// Request + response payload bytes of RPCs completed inside the window.
     pub window_bytes: u64,
     pub window_secs: f64,
@@ -266,6 +288,7 @@ impl ClientResult {
         self.unfinished += o.unfinished;
         self.cap_waits += o.cap_waits;
         self.pipelined += o.pipelined;
+        self.connections += o.connections;
         self.window_bytes += o.window_bytes;
         self.window_secs = self.window_secs.max(o.window_secs);
         for e in o.errors {
@@ -354,14 +377,20 @@ impl Schedule {
     pub fn next_arrival(&self) -> Option<Instant> {
         (self.next < self.window_end).then_some(self.next)
     }
-    /// Takes the due arrival: (sequence number, length, server index).
-    pub fn take_arrival(&mut self) -> (u64, usize, usize) {
+    /// Takes the due arrival.
+    pub fn take_arrival(&mut self) -> Arrival {
+        let at = self.next;
         self.next += Duration::from_nanos(exp_gap(&mut self.rng, self.mean_gap_ns));
         let seq = self.next_seq;
         self.next_seq += self.seq_stride;
         let len = self.workload.sample(&mut self.rng) as usize;
         let server = self.rng.gen_range(0..self.n_servers);
-        (seq, len, server)
+        Arrival {
+            seq,
+            len,
+            server,
+            at,
+        }
     }
     pub fn pick(&mut self, n: usize) -> usize {
         self.rng.gen_range(0..n.max(1))
@@ -377,6 +406,17 @@ impl Schedule {
     }
 }
 
+/// One RPC to issue.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Arrival {
+    pub seq: u64,
+    pub len: usize,
+    /// Index into [`ClientSpec::servers`].
+    pub server: usize,
+    /// When it was scheduled.
+    pub at: Instant,
+}
+
 /// An exponentially distributed gap with mean `mean_ns` (Poisson arrivals).
 fn exp_gap(rng: &mut ChaCha8Rng, mean_ns: f64) -> u64 {
     let u: f64 = rng.gen_range(f64::MIN_POSITIVE..1.0);
@@ -387,16 +427,18 @@ fn exp_gap(rng: &mut ChaCha8Rng, mean_ns: f64) -> u64 {
 pub(crate) fn record(
     r: &mut ClientResult,
     sched: &Schedule,
-    size: usize,
+    a: &Arrival,
     started: Instant,
     done: Instant,
     progress: &Option<Arc<std::sync::atomic::AtomicU64>>,
 ) {
+    let size = a.len;
     r.completed += 1;
     if sched.in_window(started) {
         r.samples.push(Sample {
             size: size as u32,
             rtt_ns: done.duration_since(started).as_nanos() as u64,
+            lag_ns: started.saturating_duration_since(a.at).as_nanos() as u64,
         });
     }
     if done >= sched.window_start && done < sched.window_end {
@@ -445,7 +487,9 @@ mod tests {
             drain: Duration::from_secs(1),
             seed: 3,
             homa: homa::EndpointConfig::default(),
+            homa_endpoint: None,
             tcp_conns: 1,
+            tcp_max_conns: 1,
             pattern: Pattern::new(1000),
             progress: None,
         }
@@ -458,9 +502,12 @@ mod tests {
         assert!((s.mean_gap_ns() - 1e6).abs() < 1.0);
         let mut sched = Schedule::new(&s, 0, Instant::now());
         let mut n = 0;
+        let mut last = Instant::now();
         while sched.next_arrival().is_some() {
-            let (_, len, server) = sched.take_arrival();
-            assert_eq!((len, server), (1000, 0));
+            let a = sched.take_arrival();
+            assert_eq!((a.len, a.server), (1000, 0));
+            assert!(a.at >= last);
+            last = a.at;
             n += 1;
         }
         // 1.1 s of arrivals at 1000/s: Poisson, so within a few sigma.
@@ -477,7 +524,7 @@ mod tests {
         for p in 0..3 {
             let mut sched = Schedule::new(&s, p, now);
             for _ in 0..100 {
-                assert!(seen.insert(sched.take_arrival().0));
+                assert!(seen.insert(sched.take_arrival().seq));
             }
         }
     }

@@ -1,16 +1,19 @@
 //! Bench server and client over TCP: persistent connections with
 //! TCP_NODELAY, frames of `[length u32 LE][rpc sequence u64 LE][payload]`,
 //! one non-blocking event loop per port. A client keeps a pool of
-//! connections to every server and sends each request on the connection
-//! with the fewest requests outstanding, so that TCP itself, not a shortage
-//! of connections, decides the latency; a request queued behind another on
-//! a busy connection is counted (`pipelined`).
+//! connections to every server and sends each request on an idle one,
+//! opening another (without blocking) when none is idle, up to a limit, so
+//! that TCP itself, not a shortage of connections, decides the latency. Only
+//! at the limit does a request queue behind another on a busy connection
+//! (counted as `pipelined`).
 //!
 //! The server answers a request only once all of it has arrived, as an RPC
 //! server would (and as the Homa server must).
 
 use super::epoll::{Epoll, TimerFd, ERR, IN, OUT};
-use super::{record, ClientResult, ClientSpec, Schedule, ServerHandle, ServerSpec, ServerStats};
+use super::{
+    record, Arrival, ClientResult, ClientSpec, Schedule, ServerHandle, ServerSpec, ServerStats,
+};
 use crate::{Error, Result};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -18,7 +21,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Bytes of a frame header.
 pub const HEADER: usize = 12;
@@ -114,6 +117,7 @@ pub(crate) fn start_server(spec: &ServerSpec) -> Result<ServerHandle> {
     }
     Ok(ServerHandle {
         addrs,
+        homa_endpoint: None,
         stop: Box::new(move || {
             stop.store(true, Relaxed);
             for t in threads {
@@ -263,8 +267,7 @@ fn server_read(
 // ---------------------------------------------------------------- client
 
 struct Outstanding {
-    seq: u64,
-    len: usize,
+    a: Arrival,
     started: Instant,
 }
 
@@ -285,35 +288,104 @@ struct CConn {
 
 const TIMER: u64 = u64::MAX;
 
+/// Starts a TCP connection without waiting for it: writes before it is
+/// established fail with EAGAIN and are retried when it becomes writable.
+fn connect_nonblocking(addr: SocketAddr) -> io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain syscalls on a descriptor we own; the sockaddr structs are
+    // fully initialized and their sizes passed along.
+    unsafe {
+        let fd = libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        );
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let r = match addr {
+            SocketAddr::V4(a) => {
+                let mut sa: libc::sockaddr_in = std::mem::zeroed();
+                sa.sin_family = libc::AF_INET as libc::sa_family_t;
+                sa.sin_port = a.port().to_be();
+                sa.sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
+                libc::connect(
+                    fd,
+                    (&sa as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            }
+            SocketAddr::V6(a) => {
+                let mut sa: libc::sockaddr_in6 = std::mem::zeroed();
+                sa.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                sa.sin6_port = a.port().to_be();
+                sa.sin6_addr.s6_addr = a.ip().octets();
+                sa.sin6_scope_id = a.scope_id();
+                libc::connect(
+                    fd,
+                    (&sa as *const libc::sockaddr_in6).cast(),
+                    std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                )
+            }
+        };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINPROGRESS) {
+                return Err(e);
+            }
+        }
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+}
+
+/// Opens a pooled connection to `addr` and registers it.
+fn open_conn(
+    ep: &Epoll,
+    conns: &mut Vec<CConn>,
+    server: usize,
+    addr: SocketAddr,
+) -> io::Result<usize> {
+    let stream = connect_nonblocking(addr)?;
+    let i = conns.len();
+    ep.add(stream.as_raw_fd(), i as u64, IN | ERR)?;
+    conns.push(CConn {
+        stream,
+        server,
+        alive: true,
+        out: OutBuf::default(),
+        want_out: false,
+        fifo: VecDeque::new(),
+        hdr: [0; HEADER],
+        hdr_n: 0,
+        body_off: 0,
+        body_ok: true,
+    });
+    Ok(i)
+}
+
 pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<ClientResult> {
     let ep = Epoll::new()?;
     let timer = TimerFd::new()?;
     ep.add(timer.as_raw_fd(), TIMER, IN)?;
-    // The pool: tcp_conns connections to every server, spread over its ports.
+    // The pool: tcp_conns connections to every server to start with, spread
+    // over its ports; more are opened when all are busy.
     let mut conns: Vec<CConn> = Vec::new();
     let mut pools: Vec<Vec<usize>> = Vec::new();
     for (s, ports) in spec.servers.iter().enumerate() {
         let mut pool = Vec::new();
         for j in 0..spec.tcp_conns {
             let addr = ports[j % ports.len()];
-            let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-                .map_err(|e| Error::Bench(format!("connect to {addr}: {e}")))?;
-            stream.set_nodelay(true)?;
-            stream.set_nonblocking(true)?;
-            ep.add(stream.as_raw_fd(), conns.len() as u64, IN | ERR)?;
-            pool.push(conns.len());
-            conns.push(CConn {
-                stream,
-                server: s,
-                alive: true,
-                out: OutBuf::default(),
-                want_out: false,
-                fifo: VecDeque::new(),
-                hdr: [0; HEADER],
-                hdr_n: 0,
-                body_off: 0,
-                body_ok: true,
-            });
+            pool.push(
+                open_conn(&ep, &mut conns, s, addr)
+                    .map_err(|e| Error::Bench(format!("connect to {addr}: {e}")))?,
+            );
         }
         pools.push(pool);
     }
@@ -322,7 +394,7 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
         ..Default::default()
     };
     let mut outstanding = 0usize;
-    let mut backlog: VecDeque<(u64, usize, usize)> = VecDeque::new();
+    let mut backlog: VecDeque<Arrival> = VecDeque::new();
     let mut events = Vec::new();
     let mut scratch = vec![0u8; SCRATCH];
     loop {
@@ -337,18 +409,33 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
             backlog.push_back(sched.take_arrival());
         }
         while outstanding < spec.max_outstanding {
-            let Some((seq, len, server)) = backlog.pop_front() else {
+            let Some(a) = backlog.pop_front() else {
                 break;
             };
+            let server = a.server;
             r.issued += 1;
-            // The least-loaded live connection to that server, ties broken
-            // from a random start so that idle connections share the work.
+            // An idle live connection to that server (searched from a random
+            // start so that they share the work); else a new one; at the
+            // limit, the least-loaded.
             let pool = &pools[server];
             let start = sched.pick(pool.len());
-            let best = (0..pool.len())
+            let live = (0..pool.len())
                 .map(|k| pool[(start + k) % pool.len()])
-                .filter(|&i| conns[i].alive)
-                .min_by_key(|&i| conns[i].fifo.len());
+                .filter(|&i| conns[i].alive);
+            let mut best = live.min_by_key(|&i| conns[i].fifo.len());
+            let busy = best.map_or(true, |i| !conns[i].fifo.is_empty());
+            if busy && pools[server].len() < spec.tcp_max_conns.max(1) {
+                let ports = &spec.servers[server];
+                let addr = ports[pools[server].len() % ports.len()];
+                match open_conn(&ep, &mut conns, server, addr) {
+                    Ok(i) => {
+                        pools[server].push(i);
+                        r.connections += 1;
+                        best = Some(i);
+                    }
+                    Err(e) => r.error(format!("connect to {addr}: {e}")),
+                }
+            }
             let Some(i) = best else {
                 r.error(format!("no connection left to server {server}"));
                 continue;
@@ -357,11 +444,10 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
             if !c.fifo.is_empty() {
                 r.pipelined += 1;
             }
-            c.out.push(&encode_header(len, seq));
-            c.out.push(&spec.pattern.payload(seq, len));
+            c.out.push(&encode_header(a.len, a.seq));
+            c.out.push(&spec.pattern.payload(a.seq, a.len));
             c.fifo.push_back(Outstanding {
-                seq,
-                len,
+                a,
                 started: Instant::now(),
             });
             outstanding += 1;
@@ -431,7 +517,7 @@ fn fail_conn(ep: &Epoll, c: &mut CConn, r: &mut ClientResult, outstanding: &mut 
         *outstanding -= 1;
         r.error(format!(
             "RPC of {} bytes to server {}: connection failed: {why}",
-            o.len, c.server
+            o.a.len, c.server
         ));
     }
 }
@@ -475,41 +561,41 @@ fn client_read(
                     break;
                 }
                 let (len, seq) = decode_header(&c.hdr);
-                if len != front.len || seq != front.seq {
+                if len != front.a.len || seq != front.a.seq {
                     // The stream is out of step; nothing after this can be trusted.
                     r.mismatches += 1;
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         format!(
                             "response header ({len} bytes, rpc {seq}) does not match request ({} bytes, rpc {})",
-                            front.len, front.seq
+                            front.a.len, front.a.seq
                         ),
                     ));
                 }
                 c.body_off = 0;
                 c.body_ok = true;
             }
-            let k = (front.len - c.body_off).min(n - p);
+            let k = (front.a.len - c.body_off).min(n - p);
             if k > 0 {
-                let expect = spec.pattern.payload(front.seq, front.len);
+                let expect = spec.pattern.payload(front.a.seq, front.a.len);
                 if scratch[p..p + k] != expect[c.body_off..c.body_off + k] {
                     c.body_ok = false;
                 }
                 c.body_off += k;
                 p += k;
             }
-            if c.body_off == front.len {
+            if c.body_off == front.a.len {
                 let done = Instant::now();
                 let o = c.fifo.pop_front().expect("front exists");
                 *outstanding -= 1;
                 c.hdr_n = 0;
                 if c.body_ok {
-                    record(r, sched, o.len, o.started, done, &spec.progress);
+                    record(r, sched, &o.a, o.started, done, &spec.progress);
                 } else {
                     r.mismatches += 1;
                     r.error(format!(
                         "response to RPC {} ({} bytes) differs from the request",
-                        o.seq, o.len
+                        o.a.seq, o.a.len
                     ));
                 }
             }

@@ -38,6 +38,11 @@ const BG_BACKSTOP_NS: u64 = 10_000_000;
 /// (resend, timeout; hundreds of µs apart) set while it sleeps runs at most
 /// this late without anyone ringing it.
 const BG_MAX_SLEEP_NS: u64 = 2_000_000;
+/// When no application thread has been inside the endpoint for this long,
+/// the background thread watches the socket itself, so that the engine keeps
+/// answering peers (grants, BUSY, acks) while the application is busy
+/// elsewhere, as the kernel does for the Linux module.
+const APP_IDLE_NS: u64 = 1_000_000;
 /// Deadlines closer than this (pacing: the NIC queue drains in µs) are
 /// worth a doorbell ring when the background thread would sleep past them.
 const URGENT_NS: u64 = 100_000;
@@ -101,6 +106,8 @@ pub(crate) struct Shared {
     next_deadline: AtomicU64,
     /// Client RPCs in progress.
     inflight: AtomicUsize,
+    /// When an application thread last polled or called into the endpoint.
+    last_app: AtomicU64,
     /// Packets the socket could not take yet.
     tx_pending: AtomicBool,
     /// Until this time the socket needs watching even with no waiter (a long
@@ -246,6 +253,7 @@ impl Endpoint {
             bg_sleep_until: AtomicU64::new(0),
             next_deadline: AtomicU64::new(u64::MAX),
             inflight: AtomicUsize::new(0),
+            last_app: AtomicU64::new(0),
             tx_pending: AtomicBool::new(false),
             attention_until: AtomicU64::new(0),
             shut: AtomicBool::new(false),
@@ -604,6 +612,7 @@ impl Shared {
     fn with_driver<R>(&self, recv: bool, f: impl FnOnce(&mut Driver, u64) -> R) -> R {
         let mut d = self.driver.lock();
         let now = self.clock(&mut d);
+        self.last_app.store(now, Relaxed);
         let r = f(&mut d, now);
         self.drive(&mut d, now, recv);
         let wakes = std::mem::take(&mut d.wakes);
@@ -916,6 +925,7 @@ impl Shared {
     /// Called when a thread stops polling: if it was the last and work
     /// remains, make sure the background thread is watching.
     fn leave_polling(&self) {
+        self.last_app.store(self.now_ns(), Relaxed);
         if self.pollers.fetch_sub(1, SeqCst) == 1
             && self.needs_watch()
             && !self.watcher.load(SeqCst)
@@ -1159,8 +1169,11 @@ impl Shared {
         while !self.shut.load(Acquire) {
             // Decide whether to watch the socket; publish, then re-check so a
             // thread that stopped polling meanwhile is not missed.
+            let app_idle_at = self.last_app.load(Relaxed).saturating_add(APP_IDLE_NS);
             let wanted = || {
-                self.pollers.load(SeqCst) == 0 && !self.watcher.load(SeqCst) && self.needs_watch()
+                self.pollers.load(SeqCst) == 0
+                    && !self.watcher.load(SeqCst)
+                    && (self.needs_watch() || self.now_ns() >= app_idle_at)
             };
             let watch = loop {
                 let w = wanted();
@@ -1174,7 +1187,16 @@ impl Shared {
             if self.pollers.load(SeqCst) > 0 && wake_at != u64::MAX {
                 wake_at = wake_at.max(now + BG_BACKSTOP_NS);
             }
-            wake_at = wake_at.min(now + BG_MAX_SLEEP_NS);
+            if !watch {
+                // The application is active: wake regularly so its timers
+                // need no doorbell, and take over the socket once it goes
+                // idle. (While watching, an idle endpoint sleeps until its
+                // next timer or a packet.)
+                wake_at = wake_at.min(now + BG_MAX_SLEEP_NS);
+                if self.pollers.load(SeqCst) == 0 {
+                    wake_at = wake_at.min(app_idle_at.max(now + 1));
+                }
+            }
             self.bg_sleep_until.store(wake_at, SeqCst);
             // A deadline published after we read it must not be slept through.
             let again = self.next_deadline.load(SeqCst);

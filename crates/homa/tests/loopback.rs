@@ -519,3 +519,28 @@ fn priority_is_carried_as_dscp_per_packet() {
         .expect("a configured DSCP value");
     assert!(level < 7, "a 500 KB message does not use the top level");
 }
+
+#[test]
+fn engine_keeps_receiving_while_the_application_is_busy() {
+    // The server application is busy elsewhere (not inside the endpoint) while
+    // a long request arrives: its grants must still go out, so the whole
+    // request is waiting when the application comes back.
+    let server = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let pending = client
+        .send_request(server.local_addr(), payload(400_000, 8))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.queued_requests() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        server.queued_requests(),
+        1,
+        "request not received while the app was away"
+    );
+    let req = server.try_recv_request().unwrap().unwrap();
+    assert!(*req.message() == payload(400_000, 8)[..]);
+    req.reply(&b"done"[..]).unwrap();
+    assert_eq!(pending.wait().unwrap().to_vec(), b"done");
+}

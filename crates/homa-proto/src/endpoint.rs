@@ -112,6 +112,8 @@ pub(crate) struct Control {
 }
 
 pub(crate) enum ControlBody {
+    /// The current grant of RPC `key`'s incoming message, resolved when sent.
+    GrantFor(RpcKey),
     Grant {
         offset: u32,
         priority: u8,
@@ -730,6 +732,7 @@ impl Endpoint {
                 offset: *offset,
                 priority: *priority,
             }),
+            ControlBody::GrantFor(_) => unreachable!("grants are resolved before encoding"),
             ControlBody::Resend {
                 offset,
                 length,
@@ -753,7 +756,7 @@ impl Endpoint {
         };
         wire::encode(buf, &common, &body, self.config.checksum);
         match c.body {
-            ControlBody::Grant { .. } => wire::PacketType::Grant,
+            ControlBody::Grant { .. } | ControlBody::GrantFor(_) => wire::PacketType::Grant,
             ControlBody::Resend { .. } => wire::PacketType::Resend,
             ControlBody::RpcUnknown => wire::PacketType::RpcUnknown,
             ControlBody::Busy => wire::PacketType::Busy,

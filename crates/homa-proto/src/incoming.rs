@@ -386,15 +386,14 @@ impl Endpoint {
             self.grantable.remove(&(remaining, birth, key));
             self.grantable_by_age.remove(&(birth, key));
         }
-        self.metrics.grants_sent += 1;
         self.metrics.granted_bytes += delta as u64;
-        self.control_for(
-            key,
-            ControlBody::Grant {
-                offset: target,
-                priority,
-            },
-        );
+        // One GRANT in the queue per message at a time: it carries whatever
+        // the grant is when it is sent, so a burst of arrivals (a GRO batch)
+        // costs one GRANT, not one per packet.
+        if !inc.grant_queued {
+            inc.grant_queued = true;
+            self.control_for(key, ControlBody::GrantFor(key));
+        }
         delta
     }
 

@@ -46,7 +46,14 @@ impl Endpoint {
     /// (or, for `pacer_fifo_permille` of the bytes, the oldest message).
     pub fn poll_transmit(&mut self, now: Time, buf: &mut Vec<u8>) -> Option<Transmit> {
         buf.clear();
-        if let Some(c) = self.control.pop_front() {
+        while let Some(mut c) = self.control.pop_front() {
+            if let ControlBody::GrantFor(key) = c.body {
+                match self.resolve_grant(key, &c) {
+                    Some(body) => c.body = body,
+                    None => continue,
+                }
+                self.metrics.grants_sent += 1;
+            }
             let ptype = self.encode_control(now, &c, buf);
             if let ControlBody::Cutoffs = c.body {
                 if let Some(p) = self.peers.get_mut(&PeerAddr(c.dest)) {
@@ -99,6 +106,24 @@ impl Endpoint {
                 .min(cap);
         }
         Some(t)
+    }
+
+    /// The GRANT a queued `GrantFor(key)` stands for now, if its message is
+    /// still there (the slot may have been freed, or reused by another RPC).
+    fn resolve_grant(&mut self, key: RpcKey, c: &crate::endpoint::Control) -> Option<ControlBody> {
+        let rpc = self.rpcs.get_mut(key as usize)?.as_mut()?;
+        if rpc.id != c.rpc_id || rpc.peer != c.dest || rpc.is_client != c.from_client {
+            return None;
+        }
+        let inc = rpc.inc.as_mut()?;
+        if !inc.grant_queued {
+            return None;
+        }
+        inc.grant_queued = false;
+        Some(ControlBody::Grant {
+            offset: inc.granted,
+            priority: inc.priority,
+        })
     }
 
     /// Updates counters and the NIC queue model for a packet about to leave.

@@ -100,6 +100,8 @@ pub(crate) struct InMsg {
     pub grant_key: Option<u32>,
     /// Member of the pool wait queue.
     pub waiting_for_pool: bool,
+    /// A GRANT for this message is queued (and will carry the latest offset).
+    pub grant_queued: bool,
 }
 
 impl InMsg {
@@ -114,6 +116,7 @@ impl InMsg {
             alloc: None,
             grant_key: None,
             waiting_for_pool: false,
+            grant_queued: false,
         }
     }
     pub fn complete(&self) -> bool {

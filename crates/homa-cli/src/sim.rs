@@ -69,6 +69,10 @@ pub struct SimArgs {
     /// Fraction of the run at the start that is not measured.
     #[arg(long, default_value = "0.1")]
     warmup: f64,
+    /// Minimum warm-up in simulated time (e.g. 10ms): heavy-tailed workloads
+    /// need time for the backlog of large messages to build up.
+    #[arg(long)]
+    warmup_time: Option<String>,
     /// Random seed(s).
     #[arg(long, default_value = "1", value_delimiter = ',')]
     seed: Vec<u64>,
@@ -151,6 +155,10 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
     if !(0.0..1.0).contains(&a.warmup) {
         bail!("--warmup must be in [0, 1)");
     }
+    let min_warmup = match &a.warmup_time {
+        Some(t) => parse_duration(t)?,
+        None => 0,
+    };
     let opt = |v: &[u8]| -> Vec<Option<u8>> {
         if v.is_empty() {
             vec![None]
@@ -202,6 +210,7 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
                                     overcommit: o,
                                     stop,
                                     warmup: a.warmup,
+                                    min_warmup_ns: min_warmup,
                                     seed,
                                     max_packet_size: a.max_packet_size,
                                     pool_bytes: a.pool_mb.map(|m| m << 20),

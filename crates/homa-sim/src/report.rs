@@ -71,6 +71,14 @@ pub fn table(r: &Report) -> String {
         r.messages_generated,
         r.simulated_ns as f64 / 1e6
     );
+    if !r.unfinished_examples.is_empty() {
+        let ex: Vec<String> = r
+            .unfinished_examples
+            .iter()
+            .map(|(size, age)| format!("{} B ({:.2} ms old)", size, *age as f64 / 1e6))
+            .collect();
+        let _ = writeln!(s, "  unfinished: {}", ex.join(", "));
+    }
     let _ = writeln!(
         s,
         "\n  slowdown (one-way latency / idle-network best case), messages by size:"
@@ -133,10 +141,12 @@ pub fn table(r: &Report) -> String {
     let _ = writeln!(s, "  network: {}", net.join(" "));
     let _ = writeln!(
         s,
-        "  {} events in {:.2} s: {:.2} M events/s",
+        "  {} events in {:.2} s ({:.2} s CPU): {:.2} M events/s wall, {:.2} M events per CPU second",
         r.events,
         r.wall_seconds,
-        r.events_per_second / 1e6
+        r.cpu_seconds,
+        r.events_per_second / 1e6,
+        r.events_per_cpu_second / 1e6
     );
     s
 }
@@ -173,7 +183,7 @@ pub fn summary(reports: &[Report]) -> String {
             d10.map_or(f64::NAN, |g| g.p99_slowdown),
             r.top1pct.p99_slowdown,
             r.unfinished,
-            r.events_per_second / 1e6
+            r.events_per_cpu_second / 1e6
         );
     }
     s

@@ -73,6 +73,10 @@ pub struct SimArgs {
     /// need time for the backlog of large messages to build up.
     #[arg(long)]
     warmup_time: Option<String>,
+    /// After generation, traffic goes on until every measured message is in,
+    /// for at most this multiple of the measured span (at least 10 ms).
+    #[arg(long, default_value = "4")]
+    drain_factor: f64,
     /// Random seed(s).
     #[arg(long, default_value = "1", value_delimiter = ',')]
     seed: Vec<u64>,
@@ -211,6 +215,7 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
                                     stop,
                                     warmup: a.warmup,
                                     min_warmup_ns: min_warmup,
+                                    drain_factor: a.drain_factor,
                                     seed,
                                     max_packet_size: a.max_packet_size,
                                     pool_bytes: a.pool_mb.map(|m| m << 20),

@@ -373,6 +373,19 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Drops a request delivered by [`Event::Request`] without answering it
+    /// (one-way messages, or a server shedding load). Its state is freed at
+    /// once; should the client ask for the response, it learns the RPC is
+    /// unknown (and, if it restarts it, the request is refused for
+    /// `tombstone_ns`). Unknown or already answered RPCs are ignored.
+    pub fn abandon(&mut self, rpc: ServerRpc) {
+        if let Some(&key) = self.server_ids.get(&(PeerAddr(rpc.peer), rpc.id)) {
+            if self.rpcs[key as usize].as_ref().unwrap().state == RpcState::ServerInService {
+                self.free_rpc(self.last_now, key);
+            }
+        }
+    }
+
     /// Abandons a client RPC (no event is generated for it). Unknown ids are ignored.
     pub fn cancel(&mut self, id: RpcId) {
         if let Some(&key) = self.client_ids.get(&id.0) {

@@ -551,3 +551,17 @@ fn room_freed_under_the_incoming_cap_is_granted_at_once() {
     assert!(ta < tb);
     assert!(tb < 260_000, "A at {ta} ns, B at {tb} ns");
 }
+
+#[test]
+fn an_abandoned_request_frees_the_server_at_once() {
+    let mut net = net_with(2, Config::default(), Reply::Manual);
+    let id = net.send_request(0, 1, pattern(5_000, 1)).unwrap();
+    assert!(net.run_until_cond(MS, |n| n.app(1).requests().count() == 1));
+    let rpc = net.app(1).unanswered[0];
+    net.with_host(1, |_, ctx| ctx.endpoint().unwrap().abandon(rpc));
+    assert_eq!(net.endpoint(1).stats().server_rpcs, 0);
+    // The client is not told directly; it cancels, or it times out.
+    net.with_host(0, |_, ctx| ctx.cancel(id));
+    assert!(net.run_until_cond(net.now() + 20 * MS, all_idle));
+    assert_eq!(requests_seen(&net, 1).len(), 1);
+}

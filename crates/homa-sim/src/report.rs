@@ -93,6 +93,12 @@ pub fn table(r: &Report) -> String {
     }
     group_row(&mut s, "top 1%", &r.top1pct);
     group_row(&mut s, "all", &r.overall);
+    if let Some(g) = &r.d1_same_switch {
+        group_row(&mut s, "d1 local", g);
+    }
+    if let Some(g) = &r.d1_through_core {
+        group_row(&mut s, "d1 core", g);
+    }
     let th = &r.throughput;
     let _ = writeln!(
         s,

@@ -325,6 +325,10 @@ pub struct Report {
     pub deciles: Vec<Group>,
     pub top1pct: Group,
     pub overall: Group,
+    /// The smallest decile split by path: messages under one switch, and
+    /// messages through the aggregation layer (absent if none).
+    pub d1_same_switch: Option<Group>,
+    pub d1_through_core: Option<Group>,
     /// Events per second of wall-clock time.
     pub events_per_second: f64,
     /// Events per second of this run's thread CPU time (what one core
@@ -410,10 +414,12 @@ impl App for SimApp {
                         sh.acks_injected += 1;
                         if p.measured {
                             let best = sh.best_case(p.size, s, ctx.host());
+                            let core = sh.topology.crosses_core(s, ctx.host());
                             sh.completions.push(Completion {
                                 size: p.size,
                                 latency_ns: now - p.start,
                                 best_ns: best,
+                                core,
                             });
                             sh.measured_done += 1;
                         }
@@ -782,6 +788,8 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
             table.top_percent()
         },
         overall: table.overall(),
+        d1_same_switch: d1_by_path(&sh.completions, false),
+        d1_through_core: d1_by_path(&sh.completions, true),
         events_per_second: events as f64 / wall_seconds.max(1e-9),
         events_per_cpu_second: events as f64 / cpu_seconds.max(1e-9),
         cpu_seconds,
@@ -796,6 +804,20 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         params,
         completions: sh.completions.clone(),
     }
+}
+
+/// The smallest decile's messages on one class of path.
+fn d1_by_path(all: &[Completion], core: bool) -> Option<Group> {
+    let table = SlowdownTable::new(all);
+    let max = table.deciles().first()?.max_size;
+    // Messages of the smallest decile's sizes (ties at its upper size all
+    // included), restricted to the path class.
+    let v: Vec<Completion> = all
+        .iter()
+        .filter(|c| c.size <= max && c.core == core)
+        .copied()
+        .collect();
+    (!v.is_empty()).then(|| SlowdownTable::new(&v).overall())
 }
 
 /// Link statistics of the measurement window.

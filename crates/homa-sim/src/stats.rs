@@ -13,6 +13,8 @@ pub struct Completion {
     pub latency_ns: u64,
     /// Best-case latency for this size on the unloaded network (ns).
     pub best_ns: u64,
+    /// The message crossed the aggregation layer (else it stayed under one switch).
+    pub core: bool,
 }
 
 impl Completion {
@@ -125,6 +127,7 @@ mod tests {
             size,
             latency_ns: latency,
             best_ns: best,
+            core: false,
         }
     }
 

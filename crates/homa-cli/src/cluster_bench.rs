@@ -303,11 +303,7 @@ fn client(a: ClientArgs) -> anyhow::Result<()> {
     let comps: Vec<Completion> = r
         .samples
         .iter()
-        .map(|s| Completion {
-            size: s.size,
-            latency_ns: s.rtt_ns,
-            best_ns: 1_000,
-        })
+        .map(|s| cluster::completion(s.size, s.rtt_ns, 1_000))
         .collect();
     let t = SlowdownTable::new(&comps);
     let deciles = if t.is_empty() { vec![] } else { t.deciles() };

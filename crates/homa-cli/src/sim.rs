@@ -27,6 +27,10 @@ pub struct SimArgs {
     /// Priority levels (1..=8); default 8 for homa, 1 for basic.
     #[arg(long, value_delimiter = ',')]
     priorities: Vec<u8>,
+    /// Unscheduled priority levels (default: the paper's rule, in proportion
+    /// to the unscheduled share of bytes).
+    #[arg(long)]
+    unsched_levels: Option<u8>,
     /// Unscheduled bytes per message; default one RTT, rounded up to whole packets.
     #[arg(long, value_delimiter = ',')]
     unsched_bytes: Vec<u32>,
@@ -210,6 +214,7 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
                                     pattern,
                                     variant,
                                     priorities: p,
+                                    unsched_levels: a.unsched_levels,
                                     unsched_bytes: u,
                                     overcommit: o,
                                     stop,

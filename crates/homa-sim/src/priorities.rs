@@ -30,6 +30,17 @@ impl PriorityPlan {
     /// Computes the plan for `levels` priority levels and `unsched_bytes`
     /// unscheduled bytes per message.
     pub fn compute(workload: &Workload, unsched_bytes: u32, levels: u8) -> PriorityPlan {
+        Self::compute_with(workload, unsched_bytes, levels, None)
+    }
+
+    /// Like [`Self::compute`], but with the number of unscheduled levels
+    /// given (clamped to 1..=levels) instead of derived from the byte share.
+    pub fn compute_with(
+        workload: &Workload,
+        unsched_bytes: u32,
+        levels: u8,
+        unsched_levels: Option<u8>,
+    ) -> PriorityPlan {
         let levels = levels.clamp(1, MAX_PRIORITIES as u8);
         let u = unsched_bytes.max(1) as f64;
         let pts = workload.points();
@@ -45,7 +56,7 @@ impl PriorityPlan {
         // than one level; if (nearly) everything is unscheduled, every level is
         // unscheduled and scheduled packets share the lowest one.
         let mut n = (levels as f64 * unsched_fraction).round() as u8;
-        n = n.clamp(1, levels);
+        n = unsched_levels.unwrap_or(n).clamp(1, levels);
         let mut cutoffs = [u32::MAX; MAX_PRIORITIES];
         // Cutoff k (1..n): the smallest length at which the cumulative
         // unscheduled bytes of messages up to that length reach k/n of the total.
@@ -176,6 +187,19 @@ mod tests {
         let mut c = Config::default();
         p1.apply(&mut c);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn unscheduled_levels_can_be_forced() {
+        let w = Workload::builtin("w3").unwrap();
+        assert_eq!(PriorityPlan::compute(&w, 8496, 4).unsched_priorities, 1);
+        let p = PriorityPlan::compute_with(&w, 8496, 4, Some(2));
+        assert_eq!(p.unsched_priorities, 2);
+        assert!(p.cutoffs[0] < u32::MAX && p.cutoffs[1] == u32::MAX);
+        assert_eq!(
+            PriorityPlan::compute_with(&w, 8496, 4, Some(9)).unsched_priorities,
+            4
+        );
     }
 
     #[test]

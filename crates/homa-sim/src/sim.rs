@@ -120,6 +120,9 @@ pub struct SimSpec {
     pub variant: Variant,
     /// Priority levels (1..=8); default 8 for Homa, 1 for basic.
     pub priorities: Option<u8>,
+    /// Unscheduled priority levels; default: the paper's rule (share of
+    /// levels proportional to the unscheduled share of bytes).
+    pub unsched_levels: Option<u8>,
     /// Unscheduled bytes per message; default one RTT's worth (rtt_bytes).
     pub unsched_bytes: Option<u32>,
     /// Degree of overcommitment; default 8 for Homa, 1 for basic.
@@ -156,6 +159,7 @@ impl SimSpec {
             pattern: Pattern::Uniform,
             variant: Variant::Homa,
             priorities: None,
+            unsched_levels: None,
             unsched_bytes: None,
             overcommit: None,
             stop: Stop::Messages(100_000),
@@ -189,6 +193,9 @@ impl SimSpec {
         let mut s = self.variant.name().to_string();
         if let Some(p) = self.priorities {
             s.push_str(&format!(" p{p}"));
+        }
+        if let Some(u) = self.unsched_levels {
+            s.push_str(&format!(" ul{u}"));
         }
         if let Some(u) = self.unsched_bytes {
             s.push_str(&format!(" u{u}"));
@@ -242,7 +249,8 @@ impl SimSpec {
         let rtt_packets = c.rtt_bytes().div_ceil(dpp) * dpp;
         c.grant_window = Some(rtt_packets);
         let unsched = self.unsched_bytes.unwrap_or(rtt_packets);
-        let plan = PriorityPlan::compute(&self.workload, unsched, self.levels());
+        let plan =
+            PriorityPlan::compute_with(&self.workload, unsched, self.levels(), self.unsched_levels);
         plan.apply(&mut c);
         (c, plan)
     }

@@ -73,6 +73,9 @@ struct Driver {
     errors: Vec<(SocketAddr, i32)>,
     /// Waiters to wake once the lock is released.
     wakes: Vec<Waiter>,
+    /// The current drive is the watcher's own (it reads the new deadline
+    /// itself; nobody needs to ring it).
+    watcher_driving: bool,
     last_now: u64,
 }
 
@@ -97,13 +100,22 @@ pub(crate) struct Shared {
     /// A blocked application thread sleeps on the socket itself (the
     /// "watcher"); it drives the engine when packets arrive.
     watcher: AtomicBool,
-    /// Wakes the watcher when its result arrives by another path.
+    /// Wakes the watcher when its result arrives by another path, or when
+    /// another thread set an engine deadline earlier than its sleep.
     watcher_bell: Arc<EventFd>,
+    /// When the watcher will wake on its own (0 while it is awake).
+    watcher_sleep_until: AtomicU64,
     /// When the background thread will wake on its own (u64::MAX: never,
     /// 0: it is awake).
     bg_sleep_until: AtomicU64,
-    /// The engine's next timer as of the last drive (u64::MAX: none).
+    /// The engine's next timer as of the last drive, plus `coalesce_ns`
+    /// (u64::MAX: none). Everyone who waits for the engine's timers uses
+    /// this value.
     next_deadline: AtomicU64,
+    /// How late a timer may be run so that pacing releases a batch of
+    /// packets per system call and per wake-up instead of one: half the
+    /// engine's NIC-queue allowance (the queue never runs dry).
+    coalesce_ns: u64,
     /// Client RPCs in progress.
     inflight: AtomicUsize,
     /// When an application thread last polled or called into the endpoint.
@@ -233,6 +245,7 @@ impl Endpoint {
             stats: SocketStats::default(),
             errors: Vec::new(),
             wakes: Vec::new(),
+            watcher_driving: false,
             last_now: 0,
         };
         let shared = Arc::new(Shared {
@@ -250,8 +263,10 @@ impl Endpoint {
             bg_watching: AtomicBool::new(false),
             watcher: AtomicBool::new(false),
             watcher_bell: Arc::new(EventFd::new()?),
+            watcher_sleep_until: AtomicU64::new(0),
             bg_sleep_until: AtomicU64::new(0),
             next_deadline: AtomicU64::new(u64::MAX),
+            coalesce_ns: (engine_cfg.effective_max_nic_queue_ns() / 2).min(50_000),
             inflight: AtomicUsize::new(0),
             last_app: AtomicU64::new(0),
             tx_pending: AtomicBool::new(false),
@@ -896,22 +911,44 @@ impl Shared {
     /// protocol timers do not ring (the background thread wakes every
     /// `BG_MAX_SLEEP_NS` anyway), so the fast path makes no extra syscall.
     fn publish(&self, d: &mut Driver, now: u64) {
-        let next = d.engine.poll_timeout().unwrap_or(u64::MAX);
+        let next = d
+            .engine
+            .poll_timeout()
+            .map_or(u64::MAX, |t| t.saturating_add(self.coalesce_ns));
         self.next_deadline.store(next, SeqCst);
         self.inflight.store(d.rpcs.len(), SeqCst);
-        if self.pollers.load(SeqCst) == 0 {
-            let sleep = self.bg_sleep_until.load(SeqCst);
-            if next < sleep
-                && (next < now + URGENT_NS || sleep > next.saturating_add(BG_MAX_SLEEP_NS))
-            {
-                self.ring();
+        // Whoever runs timers must hear of an earlier deadline: pollers check
+        // it every round; the watcher and the background thread sleep.
+        if self.pollers.load(SeqCst) > 0 {
+            return;
+        }
+        let worth = |sleep: u64| {
+            next < sleep && (next < now + URGENT_NS || sleep > next.saturating_add(BG_MAX_SLEEP_NS))
+        };
+        if self.watcher.load(SeqCst) {
+            if !d.watcher_driving && worth(self.watcher_sleep_until.load(SeqCst)) {
+                self.watcher_bell.ring();
             }
+            return;
+        }
+        if worth(self.bg_sleep_until.load(SeqCst)) {
+            self.ring();
         }
     }
 
     fn ring(&self) {
         self.counters.rings.fetch_add(1, Relaxed);
         self.doorbell.ring();
+    }
+
+    /// Whether a thread that stops polling or watching must hand the socket
+    /// to the background thread at once: someone sleeps on a result, packets
+    /// wait for room, or a long message is going out. (Client RPCs merely in
+    /// flight can wait for the idle take-over, `APP_IDLE_NS`.)
+    fn needs_watch_now(&self) -> bool {
+        self.blocked.load(SeqCst) > 0
+            || self.tx_pending.load(SeqCst)
+            || self.attention_until.load(SeqCst) > self.now_ns()
     }
 
     /// Whether the socket needs someone's attention when no thread polls.
@@ -927,7 +964,7 @@ impl Shared {
     fn leave_polling(&self) {
         self.last_app.store(self.now_ns(), Relaxed);
         if self.pollers.fetch_sub(1, SeqCst) == 1
-            && self.needs_watch()
+            && self.needs_watch_now()
             && !self.watcher.load(SeqCst)
             && !self.bg_watching.load(SeqCst)
         {
@@ -949,7 +986,10 @@ impl Shared {
     /// thread takes over the socket.
     fn release_watcher(&self) {
         self.watcher.store(false, SeqCst);
-        if self.pollers.load(SeqCst) == 0 && self.needs_watch() && !self.bg_watching.load(SeqCst) {
+        if self.pollers.load(SeqCst) == 0
+            && self.needs_watch_now()
+            && !self.bg_watching.load(SeqCst)
+        {
             self.ring();
         }
     }
@@ -963,7 +1003,13 @@ impl Shared {
         let now = self.now_ns();
         let next = self.next_deadline.load(SeqCst);
         let until_timer = Duration::from_nanos(next.saturating_sub(now));
-        let timeout = Some(timeout.map_or(until_timer, |t| t.min(until_timer)));
+        let timeout = timeout.map_or(until_timer, |t| t.min(until_timer));
+        self.watcher_sleep_until
+            .store(now.saturating_add(timeout.as_nanos() as u64), SeqCst);
+        // A deadline published between reading it and storing our sleep.
+        let timeout = Some(timeout.min(Duration::from_nanos(
+            self.next_deadline.load(SeqCst).saturating_sub(now),
+        )));
         let mut fds = [
             libc::pollfd {
                 fd: self.watcher_bell.fd(),
@@ -977,13 +1023,16 @@ impl Shared {
             },
         ];
         let _ = ppoll(&mut fds, timeout);
+        self.watcher_sleep_until.store(0, SeqCst);
         if fds[0].revents != 0 {
             self.watcher_bell.drain();
         }
         if fds[1].revents != 0 || self.next_deadline.load(SeqCst) <= self.now_ns() {
             let mut d = self.driver.lock();
             let now = self.clock(&mut d);
+            d.watcher_driving = true;
             self.drive(&mut d, now, true);
+            d.watcher_driving = false;
             let wakes = std::mem::take(&mut d.wakes);
             drop(d);
             for w in wakes {
@@ -1184,7 +1233,9 @@ impl Shared {
             };
             let now = self.now_ns();
             let mut wake_at = self.next_deadline.load(SeqCst);
-            if self.pollers.load(SeqCst) > 0 && wake_at != u64::MAX {
+            // Pollers and the watcher run due timers themselves.
+            let others = self.pollers.load(SeqCst) > 0 || self.watcher.load(SeqCst);
+            if others && wake_at != u64::MAX {
                 wake_at = wake_at.max(now + BG_BACKSTOP_NS);
             }
             if !watch {
@@ -1193,14 +1244,17 @@ impl Shared {
                 // idle. (While watching, an idle endpoint sleeps until its
                 // next timer or a packet.)
                 wake_at = wake_at.min(now + BG_MAX_SLEEP_NS);
-                if self.pollers.load(SeqCst) == 0 {
-                    wake_at = wake_at.min(app_idle_at.max(now + 1));
+                // (Only a future moment: if the application is already idle
+                // and we still do not watch, a watcher or poller has the
+                // socket, and waking early would only spin.)
+                if self.pollers.load(SeqCst) == 0 && app_idle_at > now {
+                    wake_at = wake_at.min(app_idle_at);
                 }
             }
             self.bg_sleep_until.store(wake_at, SeqCst);
             // A deadline published after we read it must not be slept through.
             let again = self.next_deadline.load(SeqCst);
-            if again < wake_at && self.pollers.load(SeqCst) == 0 {
+            if again < wake_at && !others {
                 wake_at = again;
             }
             let attention = self.attention_until.load(SeqCst);
@@ -1240,9 +1294,14 @@ impl Shared {
                 break;
             }
             let now = self.now_ns();
-            let due = self.next_deadline.load(SeqCst) <= now;
             let sock_ready = nfds == 2 && fds[1].revents != 0;
             let others_drive = self.pollers.load(SeqCst) > 0 || self.watcher.load(SeqCst);
+            let deadline = self.next_deadline.load(SeqCst);
+            let due = if others_drive {
+                deadline.saturating_add(BG_BACKSTOP_NS) <= now
+            } else {
+                deadline <= now
+            };
             if due || (sock_ready && !others_drive) {
                 self.counters.bg_drives.fetch_add(1, Relaxed);
                 let mut d = self.driver.lock();

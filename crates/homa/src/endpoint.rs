@@ -188,10 +188,10 @@ pub struct PendingRpc {
 }
 
 /// A request received by a server. Answer it with [`Request::reply`] from any
-/// thread; dropping it without a reply leaves the client to time out.
+/// thread. Dropping it without a reply abandons the RPC: the server forgets
+/// it at once and the client eventually fails it (timeout).
 pub struct Request {
-    shared: Arc<Shared>,
-    rpc: ServerRpc,
+    responder: Responder,
     message: Message,
 }
 
@@ -200,6 +200,7 @@ pub struct Request {
 pub struct Responder {
     shared: Arc<Shared>,
     rpc: ServerRpc,
+    answered: bool,
 }
 
 /// The outcome of a shared RPC (see [`Endpoint::send_request_shared`]).
@@ -542,11 +543,11 @@ impl fmt::Debug for PendingRpc {
 impl Request {
     /// The client's address.
     pub fn peer(&self) -> SocketAddr {
-        self.rpc.peer
+        self.responder.rpc.peer
     }
     /// The client's id for this RPC (unique per client endpoint).
     pub fn id(&self) -> u64 {
-        self.rpc.id
+        self.responder.rpc.id
     }
     /// The request's bytes.
     pub fn message(&self) -> &Message {
@@ -554,27 +555,22 @@ impl Request {
     }
     /// Sends the response. The request's message is released first.
     pub fn reply(self, response: impl Into<Bytes>) -> Result<()> {
-        let (_, r) = self.into_parts();
+        let (message, r) = self.into_parts();
+        drop(message);
         r.reply(response)
     }
     /// Splits the request so that the message can be kept (or released)
     /// independently of answering it.
     pub fn into_parts(self) -> (Message, Responder) {
-        (
-            self.message,
-            Responder {
-                shared: self.shared,
-                rpc: self.rpc,
-            },
-        )
+        (self.message, self.responder)
     }
 }
 
 impl fmt::Debug for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Request")
-            .field("peer", &self.rpc.peer)
-            .field("id", &self.rpc.id)
+            .field("peer", &self.responder.rpc.peer)
+            .field("id", &self.responder.rpc.id)
             .field("len", &self.message.len())
             .finish()
     }
@@ -586,8 +582,20 @@ impl Responder {
         self.rpc.peer
     }
     /// Sends the response.
-    pub fn reply(self, response: impl Into<Bytes>) -> Result<()> {
+    pub fn reply(mut self, response: impl Into<Bytes>) -> Result<()> {
+        self.answered = true;
         self.shared.reply(self.rpc, response.into())
+    }
+}
+
+impl Drop for Responder {
+    /// Never answered: tell the engine so it frees the RPC now instead of
+    /// keeping it until the client gives up.
+    fn drop(&mut self) {
+        if !self.answered && !self.shared.shut.load(Acquire) {
+            let rpc = self.rpc;
+            self.shared.with_driver(false, |d, _| d.engine.abandon(rpc));
+        }
     }
 }
 
@@ -601,8 +609,11 @@ impl Shared {
         (rpc, message): (ServerRpc, homa_proto::Message),
     ) -> Request {
         Request {
-            shared: self.clone(),
-            rpc,
+            responder: Responder {
+                shared: self.clone(),
+                rpc,
+                answered: false,
+            },
             message: Message::new(message),
         }
     }

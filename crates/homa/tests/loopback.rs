@@ -544,3 +544,37 @@ fn engine_keeps_receiving_while_the_application_is_busy() {
     req.reply(&b"done"[..]).unwrap();
     assert_eq!(pending.wait().unwrap().to_vec(), b"done");
 }
+
+#[test]
+fn dropping_a_request_abandons_it_on_the_server() {
+    let server = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let pending = client
+        .send_request(server.local_addr(), &b"ignore me"[..])
+        .unwrap();
+    let req = server
+        .recv_request_timeout(Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
+    assert_eq!(server.engine_stats().server_rpcs, 1);
+    drop(req);
+    assert_eq!(
+        server.engine_stats().server_rpcs,
+        0,
+        "abandoned RPC still held"
+    );
+    // The client is not answered; its wait ends with an error, not a hang.
+    assert!(pending.wait_timeout(Duration::from_millis(100)).is_err());
+    // A Responder dropped unused abandons too; one that replies does not.
+    let p2 = client
+        .send_request(server.local_addr(), &b"answer me"[..])
+        .unwrap();
+    let (msg, responder) = server
+        .recv_request_timeout(Duration::from_secs(5))
+        .unwrap()
+        .unwrap()
+        .into_parts();
+    drop(msg);
+    responder.reply(&b"ok"[..]).unwrap();
+    assert_eq!(p2.wait().unwrap().to_vec(), b"ok");
+}

@@ -218,6 +218,19 @@ impl Config {
         if self.resend_interval_ns == 0 || self.rpc_timeout_ns < self.resend_interval_ns {
             return bad("need 0 < resend_interval_ns <= rpc_timeout_ns".into());
         }
+        const DAY_NS: u64 = 86_400_000_000_000;
+        for (name, v) in [
+            ("resend_interval_ns", self.resend_interval_ns),
+            ("rpc_timeout_ns", self.rpc_timeout_ns),
+            ("tombstone_ns", self.tombstone_ns),
+            ("peer_idle_ns", self.peer_idle_ns),
+            ("rtt_ns", self.rtt_ns),
+            ("max_nic_queue_ns", self.max_nic_queue_ns.unwrap_or(0)),
+        ] {
+            if v > DAY_NS {
+                return bad(format!("{name} {v} is over a day"));
+            }
+        }
         if self.max_message_length == 0 {
             return bad("max_message_length must be positive".into());
         }

@@ -98,7 +98,7 @@ pub struct EndpointStats {
 
 /// Most control packets queued for transmission; beyond this they are dropped
 /// (and counted), so a driver that stops polling cannot make us grow forever.
-const MAX_CONTROL_QUEUE: usize = 1 << 16;
+pub(crate) const MAX_CONTROL_QUEUE: usize = 1 << 16;
 /// Most tombstones kept at once.
 const MAX_TOMBSTONES: usize = 1 << 16;
 
@@ -342,6 +342,7 @@ impl Endpoint {
         rpc: ServerRpc,
         response: Bytes,
     ) -> Result<(), SendError> {
+        self.last_now = self.last_now.max(now);
         if self.shut_down {
             return Err(SendError::Shutdown);
         }
@@ -457,7 +458,9 @@ impl Endpoint {
                 Some(peer) => {
                     // Versions only move forward (modulo wrap-around), so a
                     // reordered older CUTOFFS cannot undo a newer one.
-                    if (cut.version.wrapping_sub(peer.cutoff_version) as i16) > 0 {
+                    if peer.cutoff_version == 0
+                        || (cut.version.wrapping_sub(peer.cutoff_version) as i16) > 0
+                    {
                         peer.cutoffs = cut.cutoffs;
                         peer.cutoff_version = cut.version;
                     }
@@ -495,7 +498,8 @@ impl Endpoint {
             self.server_ids.get(&(PeerAddr(from), c.rpc_id)).copied()
         } else {
             let key = *self.client_ids.get(&c.rpc_id)?;
-            (self.rpcs[key as usize].as_ref().unwrap().peer == from).then_some(key)
+            (PeerAddr(self.rpcs[key as usize].as_ref().unwrap().peer) == PeerAddr(from))
+                .then_some(key)
         }
     }
 
@@ -554,6 +558,7 @@ impl Endpoint {
             last_heard: now,
             last_prod: now,
             peer_busy: false,
+            restarts: 0,
         };
         let key = match self.free_keys.pop() {
             Some(k) => {
@@ -611,13 +616,21 @@ impl Endpoint {
             self.tombstones.remove(&(PeerAddr(p), i));
         }
         let expiry = now.saturating_add(self.config.tombstone_ns);
-        if self
-            .tombstones
-            .insert((PeerAddr(peer), id), expiry)
-            .is_none()
-        {
-            self.tombstone_queue.push_back((expiry, peer, id));
+        // Re-inserting refreshes the expiry; the older queue entry then no
+        // longer matches and is skipped when it comes up.
+        self.tombstones.insert((PeerAddr(peer), id), expiry);
+        self.tombstone_queue.push_back((expiry, peer, id));
+    }
+
+    /// Whether `(peer, id)` is a finished server RPC; if so its tombstone
+    /// lives on, so that a client that keeps asking (e.g. after `abandon`)
+    /// keeps being refused rather than having the request run again.
+    pub(crate) fn hit_tombstone(&mut self, now: Time, peer: SocketAddr, id: u64) -> bool {
+        if !self.tombstones.contains_key(&(PeerAddr(peer), id)) {
+            return false;
         }
+        self.add_tombstone(now, peer, id);
+        true
     }
 
     pub(crate) fn expire_tombstones(&mut self, now: Time) {
@@ -669,6 +682,7 @@ impl Endpoint {
         self.remove_incoming(key);
         let rpc = self.rpc(key);
         rpc.last_prod = now;
+        rpc.restarts = rpc.restarts.saturating_add(1);
         if let Some(out) = rpc.out.as_mut() {
             out.restart();
         }

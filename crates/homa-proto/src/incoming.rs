@@ -64,6 +64,7 @@ impl Endpoint {
             inc.priority = self.unsched_level(h.message_length);
             let rpc = self.rpcs[key as usize].as_mut().unwrap();
             rpc.inc = Some(inc);
+            rpc.restarts = 0;
             if rpc.is_client {
                 // The server has all of our request: stop sending it.
                 if let Some(out) = rpc.out.as_mut() {
@@ -155,7 +156,7 @@ impl Endpoint {
         c: &CommonHeader,
         h: &DataHeader,
     ) -> Option<RpcKey> {
-        let reason = if self.tombstones.contains_key(&(PeerAddr(from), c.rpc_id)) {
+        let reason = if self.hit_tombstone(now, from, c.rpc_id) {
             Some(DropReason::Tombstone)
         } else if h.message_length > self.config.max_message_length {
             Some(DropReason::MessageTooLong)
@@ -391,8 +392,12 @@ impl Endpoint {
         // the grant is when it is sent, so a burst of arrivals (a GRO batch)
         // costs one GRANT, not one per packet.
         if !inc.grant_queued {
-            inc.grant_queued = true;
-            self.control_for(key, ControlBody::GrantFor(key));
+            if self.control.len() < crate::endpoint::MAX_CONTROL_QUEUE {
+                inc.grant_queued = true;
+                self.control_for(key, ControlBody::GrantFor(key));
+            } else {
+                self.metrics.control_dropped += 1;
+            }
         }
         delta
     }

@@ -63,7 +63,8 @@ impl Endpoint {
             let priority = self.top_priority;
             return Some(self.account(now, ptype, c.dest, priority, buf.len()));
         }
-        let pacer_open = self.nic_idle_at <= now + self.max_nic_queue_ns;
+        self.last_now = self.last_now.max(now);
+        let pacer_open = self.nic_idle_at <= now.saturating_add(self.max_nic_queue_ns);
         if pacer_open {
             while let Some(&key) = self.retx_queue.front() {
                 if let Some(t) = self.send_retransmit(now, key, buf) {
@@ -275,6 +276,12 @@ impl Endpoint {
         r: wire::Resend,
     ) {
         let Some(key) = self.lookup(from, c) else {
+            if c.from_client && self.hit_tombstone(now, from, c.rpc_id) {
+                // Finished here (answered and acknowledged, or abandoned):
+                // saying "unknown" would make the client run it again.
+                self.metrics.drop(DropReason::Tombstone);
+                return;
+            }
             // We have no such RPC: tell the peer so it can restart or forget it.
             self.metrics.drop(DropReason::UnknownRpc);
             self.queue_control(crate::endpoint::Control {

@@ -150,6 +150,9 @@ pub(crate) struct Rpc {
     /// The peer's latest packet for this RPC was BUSY: it is alive but has
     /// nothing for us yet, so we ask again less often.
     pub peer_busy: bool,
+    /// Times the server said it did not know this (client) RPC since the
+    /// response last made progress; each doubles the wait before asking again.
+    pub restarts: u8,
 }
 
 impl Rpc {

@@ -112,7 +112,10 @@ impl Endpoint {
             Prod::Resend(offset, length, priority) => {
                 // After BUSY the peer is known to be alive and merely behind:
                 // ask ten times less often.
-                let interval = if rpc.peer_busy { 10 * resend } else { resend };
+                let mut interval = if rpc.peer_busy { 10 * resend } else { resend };
+                // A server that keeps refusing the request (limits) is asked
+                // exponentially less often until the RPC times out.
+                interval = interval.saturating_mul(1 << rpc.restarts.min(10));
                 if silent < interval || since_prod < interval {
                     return;
                 }

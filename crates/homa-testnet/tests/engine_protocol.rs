@@ -565,3 +565,24 @@ fn an_abandoned_request_frees_the_server_at_once() {
     assert!(net.run_until_cond(net.now() + 20 * MS, all_idle));
     assert_eq!(requests_seen(&net, 1).len(), 1);
 }
+
+#[test]
+fn an_abandoned_request_is_never_run_again_even_if_the_client_keeps_asking() {
+    let config = Config {
+        rpc_timeout_ns: 500 * MS,
+        tombstone_ns: 10 * MS,
+        ..Config::default()
+    };
+    let mut net = net_with(2, config, Reply::Manual);
+    let id = net.send_request(0, 1, pattern(5_000, 1)).unwrap();
+    assert!(net.run_until_cond(MS, |n| n.app(1).requests().count() == 1));
+    let rpc = net.app(1).unanswered[0];
+    net.with_host(1, |_, ctx| ctx.endpoint().unwrap().abandon(rpc));
+    assert!(net.run_until_cond(2_000 * MS, |n| n.app(0).finished_at(id).is_some()));
+    assert_eq!(net.app(0).failure(id), Some(RpcError::Timeout));
+    assert_eq!(
+        requests_seen(&net, 1).len(),
+        1,
+        "re-executed after the tombstone"
+    );
+}

@@ -124,7 +124,7 @@ fn parse_duration(s: &str) -> Result<u64> {
         .trim()
         .parse()
         .with_context(|| format!("bad duration {s:?}"))?;
-    if !(v > 0.0) {
+    if v.is_nan() || v <= 0.0 {
         bail!("duration must be positive");
     }
     Ok((v * mult) as u64)
@@ -348,7 +348,7 @@ mod tests {
             vec!["x", "--workload", "w7"],
             vec!["x", "--variant", "tcp"],
             vec!["x", "--warmup", "1.5"],
-            vec!["x", "--duration", "-3ms"],
+            vec!["x", "--duration", "0ms"],
         ] {
             let t = T::parse_from(args.clone());
             assert!(specs(&t.a).is_err(), "{args:?}");

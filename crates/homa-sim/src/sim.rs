@@ -733,7 +733,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         network.insert(k.to_string(), v);
     }
     let events = net.fabric().events_processed();
-    if let Some(p) = progress.as_deref_mut() {
+    if let Some(p) = progress {
         p(Progress {
             delivered: sh.measured_done,
             target: measured_total,

@@ -1,6 +1,17 @@
 //! # homa-sim
 //!
-//! A packet-level simulator of a datacenter network running Homa.
+//! A packet-level simulator of a datacenter network running Homa: the
+//! unmodified `homa_proto` engine on every host of a `homa_testnet` network,
+//! open-loop traffic from the paper's workloads, and per-size slowdown
+//! statistics. The `homa sim` command is its front end; the model, parameters
+//! and measured results are in `docs/simulation.md`.
+//!
+//! * [`workload`]: W1–W5 (embedded), fixed sizes, CSV files, length cap.
+//! * [`topology`]: the paper's network, stars, two-level trees; the analytic
+//!   best-case latency and RTT.
+//! * [`priorities`]: unscheduled priority levels and cutoffs from a workload.
+//! * [`sim`]: one run ([`sim::SimSpec`] in, [`sim::Report`] out).
+//! * [`stats`], [`report`], [`plot`]: deciles, tables, JSON, SVG, parallel sweeps.
 pub mod plot;
 pub mod priorities;
 pub mod report;

@@ -5,6 +5,7 @@ use crate::metrics::{DropReason, Metrics};
 use crate::peer::{Peer, PeerAddr};
 use crate::pool::{Message, Pool};
 use crate::rpc::{OutMsg, Rpc, RpcKey, RpcState};
+use crate::srpt::SrptQueue;
 use crate::wire::{self, Body, CommonHeader, Packet, MAX_ACKS_PER_PACKET, MAX_PRIORITIES};
 use bytes::Bytes;
 use foldhash::HashMap;
@@ -164,7 +165,7 @@ pub struct Endpoint {
 
     // Sender side (outgoing.rs).
     /// Messages with bytes to send for the first time: (remaining, birth, key).
-    pub(crate) sendable: BTreeSet<(u32, u64, RpcKey)>,
+    pub(crate) sendable: SrptQueue,
     pub(crate) sendable_by_age: BTreeSet<(u64, RpcKey)>,
     pub(crate) retx_queue: VecDeque<RpcKey>,
     pub(crate) control: VecDeque<Control>,
@@ -174,7 +175,7 @@ pub struct Endpoint {
 
     // Receiver side (incoming.rs).
     /// Messages that need grants: (remaining, birth, key).
-    pub(crate) grantable: BTreeSet<(u32, u64, RpcKey)>,
+    pub(crate) grantable: SrptQueue,
     pub(crate) grantable_by_age: BTreeSet<(u64, RpcKey)>,
     /// Sum over incoming messages of granted-but-not-received bytes.
     pub(crate) incoming_total: u64,
@@ -234,13 +235,13 @@ impl Endpoint {
             tombstone_queue: VecDeque::new(),
             next_id: splitmix64(config.rpc_id_seed).max(1),
             next_birth: 0,
-            sendable: BTreeSet::new(),
+            sendable: SrptQueue::default(),
             sendable_by_age: BTreeSet::new(),
             retx_queue: VecDeque::new(),
             control: VecDeque::new(),
             nic_idle_at: now,
             pacer_fifo_credit: 0,
-            grantable: BTreeSet::new(),
+            grantable: SrptQueue::default(),
             grantable_by_age: BTreeSet::new(),
             incoming_total: 0,
             grant_fifo_credit: 0,

@@ -137,8 +137,8 @@ impl Endpoint {
             debug_assert_eq!(remaining, old_remaining);
             let new_remaining = inc.len - inc.bytes_received;
             inc.grant_key = Some(new_remaining);
-            self.grantable.remove(&(remaining, birth, key));
-            self.grantable.insert((new_remaining, birth, key));
+            self.grantable
+                .update(&(remaining, birth, key), new_remaining);
         }
         // New data may have moved this message in the SRPT order or freed room
         // under `max_incoming` for another one.

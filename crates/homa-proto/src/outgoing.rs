@@ -209,7 +209,6 @@ impl Endpoint {
 
     /// Sends the next new packet of RPC `key`.
     fn send_data(&mut self, now: Time, key: RpcKey, buf: &mut Vec<u8>) -> Transmit {
-        self.unqueue_out(key);
         let out = self.rpcs[key as usize]
             .as_ref()
             .unwrap()
@@ -219,10 +218,19 @@ impl Endpoint {
         let (offset, len) = (out.next_offset, out.len);
         let t = self.encode_data(now, key, offset, len, None, buf);
         let next = (offset + self.data_per_packet).min(len);
-        let out = self.rpc(key).out.as_mut().unwrap();
+        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let birth = rpc.birth;
+        let out = rpc.out.as_mut().unwrap();
         out.next_offset = next;
         out.zero_sent = true;
-        self.requeue_out(key);
+        match out.queued {
+            // Still sendable: shrink its SRPT entry in place (cheap at the head).
+            Some(old) if out.sendable() => {
+                out.queued = Some(out.remaining());
+                self.sendable.update(&(old, birth, key), out.remaining());
+            }
+            _ => self.unqueue_out(key),
+        }
         t
     }
 

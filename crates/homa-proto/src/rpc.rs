@@ -3,6 +3,7 @@
 use crate::endpoint::Time;
 use crate::pool::Allocation;
 use bytes::Bytes;
+use smallvec::SmallVec;
 use std::net::SocketAddr;
 
 /// Index of an RPC in the endpoint's slab.
@@ -166,7 +167,9 @@ impl Rpc {
 /// Disjoint, sorted, half-open byte ranges.
 #[derive(Default, Debug, Clone)]
 pub(crate) struct RangeSet {
-    ranges: Vec<(u32, u32)>,
+    /// Inline room for two ranges: most messages never have more (one range
+    /// plus one gap after a loss), so they never allocate.
+    ranges: SmallVec<[(u32, u32); 2]>,
 }
 
 impl RangeSet {
@@ -211,7 +214,8 @@ impl RangeSet {
             start.min(self.ranges[first].0),
             end.max(self.ranges[last - 1].1),
         );
-        self.ranges.splice(first..last, std::iter::once(merged));
+        self.ranges[first] = merged;
+        self.ranges.drain(first + 1..last);
         Some((end - start) - covered)
     }
     pub fn first_gap(&self, limit: u32) -> Option<(u32, u32)> {

@@ -5,8 +5,9 @@
 //! Messages are Homa RPC requests. A message is complete when the receiving
 //! host's engine delivers the request (its `Event::Request`); latency is that
 //! time minus the time the sender's application handed it to its engine. The
-//! server never answers: the simulator cancels the client RPC at the moment of
-//! delivery (nothing goes on the wire for a cancel), so no response traffic
+//! server never answers: at the moment of delivery the simulator abandons the
+//! server RPC (`Endpoint::abandon`) and cancels the client RPC (`cancel`);
+//! nothing goes on the wire for either, so no response traffic
 //! disturbs the measured network, as in the paper's one-way simulations.
 //!
 //! Arrivals are one Poisson process for the whole network (equivalent to an
@@ -19,7 +20,7 @@ use crate::stats::{Completion, Group, SlowdownTable};
 use crate::topology::{Path, Topology};
 use crate::workload::Workload;
 use bytes::Bytes;
-use homa_proto::wire::{self, Body, CommonHeader, DATA_PACKET_OVERHEAD};
+use homa_proto::wire::DATA_PACKET_OVERHEAD;
 use homa_proto::{Config, Event, RpcId, Time};
 use homa_testnet::{App, EngineNet, HostCtx, HostId, LinkId, Node};
 use rand::{Rng, SeedableRng};
@@ -384,7 +385,7 @@ struct Shared {
     cancels: Vec<(HostId, RpcId)>,
     best: HashMap<(u32, bool), u64>,
     delivered_bytes: u64,
-    acks_injected: u64,
+    server_rpcs_abandoned: u64,
     measured_done: u64,
     unexpected_events: u64,
     paths: [Path; 2],
@@ -419,7 +420,7 @@ impl App for SimApp {
                         debug_assert_eq!(p.size as usize, message.len());
                         sh.delivered_bytes += message.len() as u64;
                         sh.cancels.push((s, RpcId(rpc.id)));
-                        sh.acks_injected += 1;
+                        sh.server_rpcs_abandoned += 1;
                         if p.measured {
                             let best = sh.best_case(p.size, s, ctx.host());
                             let core = sh.topology.crosses_core(s, ctx.host());
@@ -435,16 +436,12 @@ impl App for SimApp {
                     None => sh.unexpected_events += 1,
                 }
                 drop(sh);
-                // Retire the server side without traffic: an empty response
-                // (queued, not yet sent) and, fed straight to this endpoint,
-                // the ACK the client would send for it. The ACK frees the
-                // RPC and the unsent response with it. Without this, the
-                // never-answered server RPCs of a long run pile up.
-                if ctx.send_response(rpc, Bytes::new()).is_ok() {
-                    let ack = ack_datagram(rpc.id);
-                    if let Some(ep) = ctx.endpoint() {
-                        ep.handle_datagram(now, rpc.peer, &ack);
-                    }
+                // Retire the server side without traffic: nobody answers, and
+                // an unanswered request would otherwise hold its server RPC
+                // until the engine's timeouts; those pile up by the million
+                // in a long run and slow every lookup.
+                if let Some(ep) = ctx.endpoint() {
+                    ep.abandon(rpc);
                 }
             }
             _ => self.shared.borrow_mut().unexpected_events += 1,
@@ -471,7 +468,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         cancels: Vec::new(),
         best: HashMap::new(),
         delivered_bytes: 0,
-        acks_injected: 0,
+        server_rpcs_abandoned: 0,
         measured_done: 0,
         unexpected_events: 0,
         paths,
@@ -712,6 +709,15 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
             }
         }
     }
+    // RPCs still alive at the end (a delivered message leaves none behind).
+    let (mut live_client, mut live_server) = (0u64, 0u64);
+    for h in 0..n {
+        if let Some(ep) = net.try_endpoint(h) {
+            let st = ep.stats();
+            live_client += st.client_rpcs as u64;
+            live_server += st.server_rpcs as u64;
+        }
+    }
     let ns = *net.fabric().stats();
     let ds = *net.driver_stats();
     let mut network = BTreeMap::new();
@@ -728,7 +734,9 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         ("driver_timer_spins", ds.timer_spins),
         ("driver_app_events", ds.app_events),
         ("unexpected_app_events", sh.unexpected_events),
-        ("sim_injected_acks", sh.acks_injected),
+        ("sim_server_rpcs_abandoned", sh.server_rpcs_abandoned),
+        ("live_client_rpcs_at_end", live_client),
+        ("live_server_rpcs_at_end", live_server),
     ] {
         network.insert(k.to_string(), v);
     }
@@ -903,21 +911,6 @@ fn is_tor(t: &Topology, s: usize) -> bool {
         crate::topology::Shape::TwoLevel { racks, .. } => s < racks,
         crate::topology::Shape::Star { .. } => true,
     }
-}
-
-/// An ACK datagram for server RPC `id`, as its client would send it (no
-/// timestamps, so it disturbs no RTT estimate).
-fn ack_datagram(id: u64) -> Vec<u8> {
-    let mut v = Vec::with_capacity(48);
-    let common = CommonHeader {
-        from_client: true,
-        retransmit: false,
-        rpc_id: id,
-        send_time: 0,
-        echo_time: 0,
-    };
-    wire::encode(&mut v, &common, &Body::Ack(&[id]), false);
-    v
 }
 
 /// CPU time consumed by the calling thread (s).
@@ -1116,8 +1109,19 @@ mod tests {
         assert_eq!(r.unfinished, 0);
         assert_eq!(r.messages, 2_000);
         assert_eq!(r.network["unexpected_app_events"], 0);
-        // Every delivered request's server RPC was retired by its ACK.
-        assert_eq!(r.engine["acks_processed"], r.engine["requests_delivered"]);
+        // Every delivered request's server RPC was abandoned, and nothing
+        // was sent for it: no ACK, no response.
+        assert_eq!(
+            r.network["sim_server_rpcs_abandoned"],
+            r.engine["requests_delivered"]
+        );
+        assert_eq!(r.engine.get("acks_processed").copied().unwrap_or(0), 0);
+        assert_eq!(r.engine.get("ack_sent").copied().unwrap_or(0), 0);
+        // Generation stops only after the measured messages; what was
+        // generated after them may still be in flight, nothing else.
+        let in_flight = r.messages_generated - r.engine["requests_delivered"];
+        assert_eq!(r.network["live_client_rpcs_at_end"], in_flight);
+        assert!(r.network["live_server_rpcs_at_end"] <= in_flight);
         // No message beats the idle network.
         assert!(r.completions.iter().all(|c| c.latency_ns >= c.best_ns));
         // Offered load shows up on the links (the short run is below 0.7).

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit, property, protocol (deterministic test
-# network), soak, loopback integration and, as root, network-namespace tests.
+# network), soak, loopback integration, simulator claims, the fuzz harnesses
+# replaying their committed seed corpora and, as root, the network-namespace
+# testbed tests (they skip with a message when not root).
 # Release mode, because the soak test and the simulator tests are sized for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,3 +12,6 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 cargo test --release --workspace --all-targets "$@"
 cargo test --release --workspace --doc
+# The fuzz crate is a separate workspace (cargo-fuzz needs its own); its tests
+# run every committed seed through the same checks the fuzzers apply.
+(cd crates/homa-proto/fuzz && cargo test --release)

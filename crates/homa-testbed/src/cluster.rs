@@ -60,6 +60,9 @@ pub struct ClusterConfig {
     /// Leave the testbed up afterwards.
     pub keep_testbed: bool,
     pub progress: bool,
+    /// Let the Homa runtime batch packets with UDP GSO (off by default: see
+    /// [`homa_config`]).
+    pub homa_gso: bool,
     /// Last word on the Homa engine's parameters (e.g. the CLI's `--set`),
     /// applied before the priority plan is computed.
     pub adjust_engine: Option<EngineHook>,
@@ -101,6 +104,7 @@ impl ClusterConfig {
             rtt_us: None,
             keep_testbed: false,
             progress: true,
+            homa_gso: false,
             adjust_engine: None,
         }
     }
@@ -157,6 +161,10 @@ fn base_port(t: Transport) -> u16 {
 pub fn homa_config(cfg: &ClusterConfig, rtt_ns: u64) -> (homa::EndpointConfig, PriorityPlan) {
     let mut c = homa::EndpointConfig {
         poll: Duration::from_micros(cfg.poll_us),
+        // A UDP GSO batch reaches the NIC queue as one unit of up to 64 KB,
+        // which a higher-priority packet cannot overtake; without GSO every
+        // packet is queued on its own, as on a real NIC.
+        gso: cfg.homa_gso,
         ..Default::default()
     };
     // The engine counts UDP payload bytes; the shaper counts frames (42
@@ -171,6 +179,19 @@ pub fn homa_config(cfg: &ClusterConfig, rtt_ns: u64) -> (homa::EndpointConfig, P
     // 100 full packets' wire time (12 ms at 100 Mbit/s), at least 1 ms.
     let resend = 100 * c.engine.wire_time_ns(c.engine.max_packet_size);
     c.engine.resend_interval_ns = c.engine.resend_interval_ns.max(resend);
+    // The pacer keeps at most this much in the NIC queue. One packet (the
+    // engine's default) needs a wake-up every packet time (121 µs at
+    // 100 Mbit/s) to keep the link busy; a user-space thread on a shared
+    // machine misses those by tens of µs, and Homa then cannot carry 80%
+    // load (measured: ~60%). Two packets absorb the jitter; the NIC queue
+    // has priority classes, so it does not delay short messages' packets.
+    c.engine.max_nic_queue_ns = Some(2 * c.engine.wire_time_ns(c.engine.max_packet_size));
+    // Likewise the silence after which an RPC is abandoned (2 s suits
+    // 25 Gbit/s): under SRPT at high load the largest messages legitimately
+    // wait for many of their own wire times. 100 wire times of the largest
+    // message (8 s for 1 MB at 100 Mbit/s), at least the default.
+    let longest = 100 * c.engine.wire_time_ns(c.engine.max_message_length as usize);
+    c.engine.rpc_timeout_ns = c.engine.rpc_timeout_ns.max(longest);
     if let Some(f) = &cfg.adjust_engine {
         f(&mut c.engine);
     }
@@ -354,20 +375,36 @@ pub fn run_on(tb: &Testbed, cfg: &ClusterConfig) -> Result<ClusterReport> {
 
     let workload = Arc::new(cfg.workload.clone());
     let mut results = Vec::new();
-    for (k, &t) in cfg.transports.iter().enumerate() {
-        let r = run_phase(tb, cfg, t, k, &homa_cfg, &workload, &pattern, &baseline)?;
+    for &t in &cfg.transports {
+        let r = run_phase(tb, cfg, t, &homa_cfg, &workload, &pattern, &baseline)?;
         if r.cpu_saturated {
             notes.push(format!(
-                "{t}: the machine's CPUs were {:.0}% busy during the run: this result is CPU-bound, not a network result",
-                r.cpu.machine_percent
+                "{t}: the machine's CPUs were {:.0}% busy during the run (this benchmark: {:.0}%): this result is CPU-bound, not a network result",
+                r.cpu.machine_percent, r.cpu.process_percent
+            ));
+        }
+        if r.p99_lag_us > 5_000.0 {
+            notes.push(format!(
+                "{t}: clients sent requests up to {:.1} ms (p99) after their scheduled time: they were short of CPU",
+                r.p99_lag_us / 1e3
+            ));
+        }
+        if r.failed > 0 || r.unfinished > 0 {
+            notes.push(format!(
+                "{t}: {} RPCs failed and {} did not finish in time (not in the statistics)",
+                r.failed, r.unfinished
             ));
         }
         results.push(r);
     }
     if background.machine_percent > 20.0 {
         notes.push(format!(
-            "the machine was already {:.0}% busy (other processes) with the testbed idle; CPU figures include them",
-            background.machine_percent
+            "the machine was already {:.0}% busy (other processes) with the testbed idle{}; CPU figures include them",
+            background.machine_percent,
+            background
+                .pressure_percent
+                .map(|p| format!(", tasks waiting for a CPU {p:.0}% of the time"))
+                .unwrap_or_default()
         ));
     }
     Ok(ClusterReport {
@@ -402,7 +439,6 @@ fn run_phase(
     tb: &Testbed,
     cfg: &ClusterConfig,
     t: Transport,
-    k: usize,
     homa_cfg: &homa::EndpointConfig,
     workload: &Arc<Workload>,
     pattern: &Pattern,
@@ -431,10 +467,8 @@ fn run_phase(
             warmup,
             duration: window,
             drain,
-            seed: cfg
-                .seed
-                .wrapping_mul(1_000_003)
-                .wrapping_add((k * 1000 + i) as u64 + 1),
+            // The same arrivals (sizes, times, servers) for every transport.
+            seed: cfg.seed.wrapping_mul(1_000_003).wrapping_add(i as u64 + 1),
             homa: homa_cfg.clone(),
             homa_endpoint: servers.0[i].homa_endpoint.clone(),
             tcp_conns: cfg.tcp_conns,
@@ -485,11 +519,15 @@ fn run_phase(
     // The Homa engines' loss-recovery counters (cumulative since the phase
     // began: each phase opens fresh endpoints).
     let mut recovery = (0u64, 0u64);
+    let mut engine_counters = std::collections::BTreeMap::new();
     for h in &servers.0 {
         if let Some(ep) = &h.homa_endpoint {
             let m = ep.metrics();
             recovery.0 += m.resends_sent;
             recovery.1 += m.retransmitted_packets;
+            for (k, v) in m.iter() {
+                *engine_counters.entry(k).or_insert(0u64) += v;
+            }
         }
     }
     servers.stop()?;
@@ -515,6 +553,7 @@ fn run_phase(
     let mut r = summarize(t, cfg, n, total, cpu, &net, baseline);
     r.homa_resends = recovery.0;
     r.homa_retransmitted_packets = recovery.1;
+    r.homa_engine_counters = engine_counters;
     Ok(r)
 }
 
@@ -583,6 +622,7 @@ fn summarize(
         p99_rtt_us: pct(&rtt, 99.0),
         p999_rtt_us: pct(&rtt, 99.9),
         target_gbps: cfg.load * cfg.testbed.gbps,
+        offered_gbps: total.offered_gbps() / n as f64,
         achieved_gbps: per_host_gbps,
         achieved_load: per_host_gbps / cfg.testbed.gbps,
         downlink_utilization: utilization,
@@ -601,6 +641,7 @@ fn summarize(
         extra_connections: total.connections,
         homa_resends: 0,
         homa_retransmitted_packets: 0,
+        homa_engine_counters: Default::default(),
         p50_lag_us: pct(&lag, 50.0),
         p99_lag_us: pct(&lag, 99.0),
         errors: total.errors,

@@ -75,6 +75,9 @@ pub struct TransportResult {
     pub p999_rtt_us: f64,
     /// Offered request + response payload per host, Gbit/s.
     pub target_gbps: f64,
+    /// Request + response payload per host that the arrivals of the window
+    /// actually offered (the target's sample), Gbit/s.
+    pub offered_gbps: f64,
     /// Completed request + response payload per host, Gbit/s.
     pub achieved_gbps: f64,
     pub achieved_load: f64,
@@ -100,6 +103,8 @@ pub struct TransportResult {
     /// Homa: RESEND requests sent and packets retransmitted (whole phase).
     pub homa_resends: u64,
     pub homa_retransmitted_packets: u64,
+    /// Homa: every engine counter, summed over the hosts' endpoints.
+    pub homa_engine_counters: std::collections::BTreeMap<String, u64>,
     /// How late requests left after their scheduled arrival (a sign of a
     /// client short of CPU), µs.
     pub p50_lag_us: f64,
@@ -231,15 +236,8 @@ impl ClusterReport {
             let _ = writeln!(s, "note: {n}");
         }
         for t in &self.transports {
-            if t.failed > 0 || t.unfinished > 0 {
-                let _ = writeln!(
-                    s,
-                    "{}: {} failed, {} unfinished; {}",
-                    t.transport,
-                    t.failed,
-                    t.unfinished,
-                    t.errors.join("; ")
-                );
+            if !t.errors.is_empty() {
+                let _ = writeln!(s, "{} errors: {}", t.transport, t.errors.join("; "));
             }
         }
         s
@@ -282,11 +280,11 @@ impl ClusterReport {
         for n in &self.notes {
             let _ = writeln!(h, "<p class=\"bad\">{}</p>", esc(n));
         }
-        let _ = writeln!(h, "<h2>Summary</h2><table><tr><th>transport</th><th>RPCs</th><th>p50 slowdown</th><th>p99</th><th>p99.9</th><th>p50 RTT µs</th><th>p99 RTT µs</th><th>achieved Gbit/s per host</th><th>load</th><th>link utilization</th><th>CPU % (machine)</th><th>CPU % (bench)</th><th>CPU pressure %</th><th>drops</th><th>failed</th><th>cap waits</th><th>p99 send lag µs</th><th>TCP conns opened / pipelined</th></tr>");
+        let _ = writeln!(h, "<h2>Summary</h2><table><tr><th>transport</th><th>RPCs</th><th>p50 slowdown</th><th>p99</th><th>p99.9</th><th>p50 RTT µs</th><th>p99 RTT µs</th><th>offered Gbit/s per host</th><th>achieved Gbit/s per host</th><th>load</th><th>link utilization</th><th>CPU % (machine)</th><th>CPU % (bench)</th><th>CPU pressure %</th><th>drops</th><th>failed</th><th>cap waits</th><th>p99 send lag µs</th><th>TCP conns opened / pipelined</th></tr>");
         for t in &self.transports {
             let _ = writeln!(
                 h,
-                "<tr><th>{}</th><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.0}</td><td>{:.0}</td><td>{:.4}</td><td>{:.0}%</td><td>{:.0}%</td><td{}>{:.0}{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{} / {}</td></tr>",
+                "<tr><th>{}</th><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.0}</td><td>{:.0}</td><td>{:.4}</td><td>{:.4}</td><td>{:.0}%</td><td>{:.0}%</td><td{}>{:.0}{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}</td><td>{} / {}</td></tr>",
                 esc(&t.transport),
                 t.rpcs,
                 t.p50_slowdown,
@@ -294,6 +292,7 @@ impl ClusterReport {
                 t.p999_slowdown,
                 t.p50_rtt_us,
                 t.p99_rtt_us,
+                t.offered_gbps,
                 t.achieved_gbps,
                 t.achieved_load * 100.0,
                 t.downlink_utilization * 100.0,
@@ -468,6 +467,7 @@ mod tests {
             p99_rtt_us: 200.0,
             p999_rtt_us: 300.0,
             target_gbps: 0.08,
+            offered_gbps: 0.08,
             achieved_gbps: 0.079,
             achieved_load: 0.79,
             downlink_utilization: 0.82,
@@ -486,6 +486,7 @@ mod tests {
             extra_connections: 0,
             homa_resends: 0,
             homa_retransmitted_packets: 0,
+            homa_engine_counters: Default::default(),
             p50_lag_us: 1.0,
             p99_lag_us: 2.0,
             errors: vec![],

@@ -123,7 +123,7 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
             if pending.len() + backlog.len() >= spec.max_outstanding {
                 r.cap_waits += 1;
             }
-            backlog.push_back(sched.take_arrival());
+            backlog.push_back(sched.take_arrival(&mut r));
         }
         while pending.len() < spec.max_outstanding {
             let Some(a) = backlog.pop_front() else {

@@ -266,6 +266,10 @@ pub struct ClientResult {
     pub connections: u64,
     /// Request + response payload bytes of RPCs completed inside the window.
     pub window_bytes: u64,
+    /// Request + response payload bytes of RPCs scheduled inside the window
+    /// (what the arrival process offered; with a heavy-tailed workload it
+    /// differs from the target in any finite window).
+    pub offered_bytes: u64,
     pub window_secs: f64,
     /// First few error messages.
     pub errors: Vec<String>,
@@ -290,11 +294,20 @@ impl ClientResult {
         self.pipelined += o.pipelined;
         self.connections += o.connections;
         self.window_bytes += o.window_bytes;
+        self.offered_bytes += o.offered_bytes;
         self.window_secs = self.window_secs.max(o.window_secs);
         for e in o.errors {
             if self.errors.len() < 5 {
                 self.errors.push(e);
             }
+        }
+    }
+    /// Payload offered inside the window, Gbit/s.
+    pub fn offered_gbps(&self) -> f64 {
+        if self.window_secs <= 0.0 {
+            0.0
+        } else {
+            self.offered_bytes as f64 * 8.0 / self.window_secs / 1e9
         }
     }
     /// Payload throughput inside the window, Gbit/s.
@@ -339,7 +352,11 @@ pub fn run_client(spec: &ClientSpec) -> Result<ClientResult> {
 
 /// The arrival process and bookkeeping of one client port.
 pub(crate) struct Schedule {
+    /// Arrival times, sizes and servers: the same for every transport.
     rng: ChaCha8Rng,
+    /// Choices a transport makes on its own (ports, connections), kept apart
+    /// so that they do not change the arrivals.
+    pick_rng: ChaCha8Rng,
     mean_gap_ns: f64,
     pub window_start: Instant,
     pub window_end: Instant,
@@ -361,6 +378,9 @@ impl Schedule {
         let first = exp_gap(&mut rng, mean_gap_ns);
         Schedule {
             rng,
+            pick_rng: ChaCha8Rng::seed_from_u64(
+                spec.seed ^ 0x5eed_0fc4_0e55 ^ (port as u64).wrapping_mul(0x9E37_79B9),
+            ),
             mean_gap_ns,
             window_start,
             window_end,
@@ -378,13 +398,16 @@ impl Schedule {
         (self.next < self.window_end).then_some(self.next)
     }
     /// Takes the due arrival.
-    pub fn take_arrival(&mut self) -> Arrival {
+    pub fn take_arrival(&mut self, r: &mut ClientResult) -> Arrival {
         let at = self.next;
         self.next += Duration::from_nanos(exp_gap(&mut self.rng, self.mean_gap_ns));
         let seq = self.next_seq;
         self.next_seq += self.seq_stride;
         let len = self.workload.sample(&mut self.rng) as usize;
         let server = self.rng.gen_range(0..self.n_servers);
+        if at >= self.window_start {
+            r.offered_bytes += 2 * len as u64;
+        }
         Arrival {
             seq,
             len,
@@ -393,7 +416,7 @@ impl Schedule {
         }
     }
     pub fn pick(&mut self, n: usize) -> usize {
-        self.rng.gen_range(0..n.max(1))
+        self.pick_rng.gen_range(0..n.max(1))
     }
     /// Whether an RPC started at `t` is recorded.
     pub fn in_window(&self, t: Instant) -> bool {
@@ -504,7 +527,7 @@ mod tests {
         let mut n = 0;
         let mut last = Instant::now();
         while sched.next_arrival().is_some() {
-            let a = sched.take_arrival();
+            let a = sched.take_arrival(&mut ClientResult::default());
             assert_eq!((a.len, a.server), (1000, 0));
             assert!(a.at >= last);
             last = a.at;
@@ -524,8 +547,27 @@ mod tests {
         for p in 0..3 {
             let mut sched = Schedule::new(&s, p, now);
             for _ in 0..100 {
-                assert!(seen.insert(sched.take_arrival().seq));
+                assert!(seen.insert(sched.take_arrival(&mut ClientResult::default()).seq));
             }
+        }
+    }
+
+    #[test]
+    fn picks_do_not_change_the_arrivals() {
+        let s = spec(1.0, 1);
+        let now = Instant::now();
+        let (mut a, mut b) = (Schedule::new(&s, 0, now), Schedule::new(&s, 0, now));
+        let mut r = ClientResult::default();
+        for i in 0..50 {
+            // One transport picks a lot, the other never.
+            for _ in 0..i % 4 {
+                a.pick(7);
+            }
+            let (x, y) = (a.take_arrival(&mut r), b.take_arrival(&mut r));
+            assert_eq!(
+                (x.seq, x.len, x.server, x.at),
+                (y.seq, y.len, y.server, y.at)
+            );
         }
     }
 

@@ -406,7 +406,7 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
             if outstanding + backlog.len() >= spec.max_outstanding {
                 r.cap_waits += 1;
             }
-            backlog.push_back(sched.take_arrival());
+            backlog.push_back(sched.take_arrival(&mut r));
         }
         while outstanding < spec.max_outstanding {
             let Some(a) = backlog.pop_front() else {

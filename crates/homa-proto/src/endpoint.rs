@@ -190,6 +190,9 @@ pub struct Endpoint {
     pub(crate) shut_down: bool,
     /// The latest time passed in by the driver (for calls that take none).
     pub(crate) last_now: Time,
+    /// Inside `poll_transmit_split`: DATA payloads are returned, not copied.
+    pub(crate) split_mode: bool,
+    pub(crate) split_payload: Option<Bytes>,
 }
 
 fn splitmix64(mut x: u64) -> u64 {
@@ -251,6 +254,8 @@ impl Endpoint {
             next_tick: Time::MAX,
             shut_down: false,
             last_now: now,
+            split_mode: false,
+            split_payload: None,
             metrics: Metrics::default(),
             config,
         };

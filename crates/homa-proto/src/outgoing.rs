@@ -197,14 +197,35 @@ impl Endpoint {
             ack,
         };
         let payload = &out.data[offset as usize..end as usize];
-        wire::encode(
-            buf,
-            &common,
-            &Body::Data { header, payload },
-            self.config.checksum,
-        );
+        let body = Body::Data { header, payload };
+        let len = if self.split_mode {
+            wire::encode_headers(buf, &common, &body, self.config.checksum);
+            let len = buf.len() + payload.len();
+            self.split_payload = Some(out.data.slice(offset as usize..end as usize));
+            len
+        } else {
+            wire::encode(buf, &common, &body, self.config.checksum);
+            buf.len()
+        };
         self.metrics.data_bytes_sent += (end - offset) as u64;
-        self.account(now, PacketType::Data, dest, priority, buf.len())
+        self.account(now, PacketType::Data, dest, priority, len)
+    }
+
+    /// Like [`Self::poll_transmit`], but a DATA packet's payload is not copied:
+    /// `buf` receives the headers only, and the payload comes back as a slice
+    /// of the message's `Bytes`, to be sent right after them (one `sendmsg`
+    /// with two iovecs). `Transmit::len` is the whole datagram's length. The
+    /// payload is empty for control packets.
+    pub fn poll_transmit_split(
+        &mut self,
+        now: Time,
+        buf: &mut Vec<u8>,
+    ) -> Option<(Transmit, bytes::Bytes)> {
+        self.split_mode = true;
+        let t = self.poll_transmit(now, buf);
+        self.split_mode = false;
+        let payload = self.split_payload.take().unwrap_or_default();
+        t.map(|t| (t, payload))
     }
 
     /// Sends the next new packet of RPC `key`.

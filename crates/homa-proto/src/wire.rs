@@ -392,6 +392,23 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
 ///
 /// Panics only on caller bugs: an ACK list longer than [`MAX_ACKS_PER_PACKET`].
 pub fn encode(out: &mut Vec<u8>, common: &CommonHeader, body: &Body<'_>, checksum: bool) {
+    encode_inner(out, common, body, checksum, true)
+}
+
+/// Like [`encode`], but for DATA packets appends only the headers; the payload
+/// is to be sent right after them (e.g. as a second iovec), which saves
+/// copying it. The checksum still covers the payload.
+pub fn encode_headers(out: &mut Vec<u8>, common: &CommonHeader, body: &Body<'_>, checksum: bool) {
+    encode_inner(out, common, body, checksum, false)
+}
+
+fn encode_inner(
+    out: &mut Vec<u8>,
+    common: &CommonHeader,
+    body: &Body<'_>,
+    checksum: bool,
+    with_payload: bool,
+) {
     let start = out.len();
     let ptype = match body {
         Body::Data { .. } => PacketType::Data,
@@ -422,7 +439,9 @@ pub fn encode(out: &mut Vec<u8>, common: &CommonHeader, body: &Body<'_>, checksu
             out.extend_from_slice(&header.cutoff_version.to_le_bytes());
             out.extend_from_slice(&[0, 0]);
             out.extend_from_slice(&header.ack.to_le_bytes());
-            out.extend_from_slice(payload);
+            if with_payload {
+                out.extend_from_slice(payload);
+            }
         }
         Body::Grant(g) => {
             out.extend_from_slice(&g.offset.to_le_bytes());
@@ -452,9 +471,26 @@ pub fn encode(out: &mut Vec<u8>, common: &CommonHeader, body: &Body<'_>, checksu
         }
     }
     if checksum {
-        let sum = compute_checksum(&out[start..]);
+        let sum = match body {
+            Body::Data { payload, .. } if !with_payload => {
+                compute_checksum_split(&out[start..], payload)
+            }
+            _ => compute_checksum(&out[start..]),
+        };
         out[start + CHECKSUM_RANGE.start..start + CHECKSUM_RANGE.end]
             .copy_from_slice(&sum.to_le_bytes());
+    }
+}
+
+/// [`compute_checksum`] of `head` followed by `tail`, without joining them.
+fn compute_checksum_split(head: &[u8], tail: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&head[..CHECKSUM_RANGE.start]);
+    let crc = crc32c::crc32c_append(crc, &head[CHECKSUM_RANGE.end..]);
+    let crc = crc32c::crc32c_append(crc, tail);
+    if crc == 0 {
+        1
+    } else {
+        crc
     }
 }
 

@@ -182,3 +182,31 @@ fn echo_with_loss() {
         assert_eq!(&data[..], &expect[&k][..]);
     }
 }
+
+#[test]
+fn split_transmit_gives_the_same_datagrams_without_copying_payloads() {
+    let dest: SocketAddr = "10.0.0.9:4000".parse().unwrap();
+    // A queue limit long enough to release all unscheduled packets at once.
+    let config = Config {
+        max_nic_queue_ns: Some(1_000_000),
+        ..Config::default()
+    };
+    let mut a = Endpoint::new(config.clone(), 0).unwrap();
+    let mut b = Endpoint::new(config, 0).unwrap();
+    let data = pattern(3, 100_000);
+    a.send_request(0, dest, data.clone()).unwrap();
+    b.send_request(0, dest, data).unwrap();
+    let (mut buf_a, mut buf_b) = (Vec::new(), Vec::new());
+    let mut n = 0;
+    while let Some(ta) = a.poll_transmit(0, &mut buf_a) {
+        let (tb, payload) = b.poll_transmit_split(0, &mut buf_b).unwrap();
+        assert_eq!(ta, tb);
+        let mut joined = buf_b.clone();
+        joined.extend_from_slice(&payload);
+        assert_eq!(&buf_a[..ta.len], &joined[..], "packet {n}");
+        assert!(homa_proto::wire::verify_checksum(&joined, true));
+        n += 1;
+    }
+    assert!(b.poll_transmit_split(0, &mut buf_b).is_none());
+    assert!(n > 10);
+}

@@ -901,16 +901,17 @@ impl Shared {
                 return;
             }
             let buf = tx.next_buf();
-            let Some(t) = engine.poll_transmit(now, buf) else {
+            let Some((t, payload)) = engine.poll_transmit_split(now, buf) else {
                 break;
             };
+            let head_len = buf.len();
             if let Some(f) = faults.as_mut() {
                 if f.drop_tx() {
                     stats.injected_tx_drops += 1;
                     continue;
                 }
             }
-            tx.commit(t.dest, self.cfg.tos(t.priority), t.len);
+            tx.commit_split(t.dest, self.cfg.tos(t.priority), head_len, payload);
         }
         let blocked =
             tx.pending() > 0 && tx.flush(&self.sock, stats, errors) == FlushOutcome::WouldBlock;

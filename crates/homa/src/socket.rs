@@ -449,7 +449,10 @@ fn gro_segment_size(hdr: &libc::msghdr) -> Option<usize> {
 struct TxMeta {
     dest: SocketAddr,
     tos: u8,
+    /// Whole datagram: headers in the packet buffer plus the payload slice.
     len: usize,
+    /// Bytes of the datagram in the packet buffer (the rest is `payloads[i]`).
+    head_len: usize,
 }
 
 /// Result of a flush.
@@ -465,6 +468,9 @@ pub(crate) enum FlushOutcome {
 pub(crate) struct TxQueue {
     bufs: Vec<Vec<u8>>,
     meta: Vec<TxMeta>,
+    /// Payload of each queued packet, sent from the message's own memory
+    /// (no copy into the packet buffer); empty for control packets.
+    payloads: Vec<bytes::Bytes>,
     head: usize,
     capacity: usize,
     packet_size: usize,
@@ -486,12 +492,13 @@ impl TxQueue {
         TxQueue {
             bufs: Vec::new(),
             meta: Vec::with_capacity(capacity),
+            payloads: Vec::with_capacity(capacity),
             head: 0,
             capacity,
             packet_size,
             names: vec![unsafe { mem::zeroed() }; TX_MAX_MSGS],
             ctrl: vec![[0u64; 8]; TX_MAX_MSGS],
-            iovs: Vec::with_capacity(capacity),
+            iovs: Vec::with_capacity(2 * capacity),
             hdrs: vec![unsafe { mem::zeroed() }; TX_MAX_MSGS],
             groups: Vec::with_capacity(TX_MAX_MSGS),
         }
@@ -512,10 +519,29 @@ impl TxQueue {
         &mut self.bufs[i]
     }
     /// Queues the packet just written into [`Self::next_buf`].
+    #[cfg(test)]
     pub(crate) fn commit(&mut self, dest: SocketAddr, tos: u8, len: usize) {
+        self.commit_split(dest, tos, len, bytes::Bytes::new());
+    }
+
+    /// Queues the packet whose headers were just written into
+    /// [`Self::next_buf`] (`head_len` bytes) and whose payload is `payload`.
+    pub(crate) fn commit_split(
+        &mut self,
+        dest: SocketAddr,
+        tos: u8,
+        head_len: usize,
+        payload: bytes::Bytes,
+    ) {
         let i = self.meta.len();
-        debug_assert!(i < self.bufs.len() && self.bufs[i].len() >= len);
-        self.meta.push(TxMeta { dest, tos, len });
+        debug_assert!(i < self.bufs.len() && self.bufs[i].len() >= head_len);
+        self.meta.push(TxMeta {
+            dest,
+            tos,
+            len: head_len + payload.len(),
+            head_len,
+        });
+        self.payloads.push(payload);
     }
 
     /// Hands queued packets to the kernel. Destinations the kernel calls
@@ -598,6 +624,7 @@ impl TxQueue {
             }
         }
         self.meta.clear();
+        self.payloads.clear();
         self.head = 0;
         FlushOutcome::Done
     }
@@ -631,13 +658,24 @@ impl TxQueue {
             self.groups.push((i, j));
             i = j;
         }
-        for &(a, b) in &self.groups {
+        let mut iov_counts = [0usize; TX_MAX_MSGS];
+        for (g, &(a, b)) in self.groups.iter().enumerate() {
+            let before = self.iovs.len();
             for k in a..b {
                 self.iovs.push(libc::iovec {
                     iov_base: self.bufs[k].as_mut_ptr() as *mut libc::c_void,
-                    iov_len: self.meta[k].len,
+                    iov_len: self.meta[k].head_len,
                 });
+                let p = &self.payloads[k];
+                if !p.is_empty() {
+                    // The kernel only reads through this pointer.
+                    self.iovs.push(libc::iovec {
+                        iov_base: p.as_ptr() as *mut libc::c_void,
+                        iov_len: p.len(),
+                    });
+                }
             }
+            iov_counts[g] = self.iovs.len() - before;
         }
         let mut iov_at = 0;
         for (g, &(a, b)) in self.groups.iter().enumerate() {
@@ -650,11 +688,11 @@ impl TxQueue {
             h.msg_hdr.msg_name = &mut self.names[g] as *mut _ as *mut libc::c_void;
             h.msg_hdr.msg_namelen = namelen;
             h.msg_hdr.msg_iov = &mut self.iovs[iov_at];
-            h.msg_hdr.msg_iovlen = b - a;
+            h.msg_hdr.msg_iovlen = iov_counts[g];
             h.msg_hdr.msg_flags = 0;
             h.msg_hdr.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
             h.msg_hdr.msg_controllen = mem::size_of::<Ctrl>();
-            iov_at += b - a;
+            iov_at += iov_counts[g];
             // The TOS cmsg must match the family of the packet actually sent: a
             // v4 destination (also v4-mapped on a v6 socket) uses IP_TOS.
             let (lvl, ty) = if m.dest.is_ipv4() {

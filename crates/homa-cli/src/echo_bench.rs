@@ -97,7 +97,7 @@ pub fn homa_echo(
     count: u64,
     warmup: u64,
 ) -> anyhow::Result<Histogram<u64>> {
-    let cfg = opts.config()?;
+    let cfg = opts.config_with_link(crate::bench::LOOPBACK_GBPS)?;
     let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let addr = server.local_addr();
     let srv = server.clone();

@@ -64,7 +64,7 @@ pub fn run(args: ThroughputBenchArgs) -> anyhow::Result<()> {
 /// Streams messages to a Homa echo server with `window` in flight; returns
 /// (messages answered, seconds).
 fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
-    let cfg = args.homa.config()?;
+    let cfg = args.homa.config_with_link(crate::bench::LOOPBACK_GBPS)?;
     let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let addr = server.local_addr();
     let srv = server.clone();

@@ -541,6 +541,8 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
     let mut delivered_at_window_start = 0u64;
     let mut last_progress_events = 0u64;
     let mut senders: Vec<HostId> = Vec::new();
+    let mut cancels: Vec<(HostId, RpcId)> = Vec::new();
+    let mut msgs: Vec<(HostId, HostId, u32, bool)> = Vec::with_capacity(per_round);
 
     loop {
         // Next arrival (random or traced). Random arrivals go on, unmeasured,
@@ -550,16 +552,16 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         } else {
             Some(next_at.round() as Time)
         };
-        let next_ev = net.fabric().next_event_time();
-        let do_arrival = match (arrival, next_ev) {
-            (Some(a), Some(e)) => a <= e,
-            (Some(_), None) => true,
-            (None, _) => false,
+        // One network event if it is due before the next arrival (an arrival
+        // goes before the events of its own instant are done: `run_until`).
+        let stepped = match arrival {
+            Some(0) => false,
+            Some(a) => net.step_until(a - 1),
+            None => net.step(),
         };
-        if do_arrival {
-            let at = arrival.unwrap();
+        if let (false, Some(at)) = (stepped, arrival) {
             net.run_until(at);
-            let mut msgs: Vec<(HostId, HostId, u32, bool)> = Vec::with_capacity(per_round);
+            msgs.clear();
             if spec.trace.is_some() {
                 let m = trace[trace_pos];
                 trace_pos += 1;
@@ -601,7 +603,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
                 let u: f64 = rng.gen();
                 next_at += -(1.0 - u).ln() * mean_gap_ns;
             }
-            for (src, dst, size, measured) in msgs {
+            for &(src, dst, size, measured) in &msgs {
                 let payload = zeros.slice(0..size as usize);
                 let id = net
                     .send_request(src, dst, payload)
@@ -632,13 +634,14 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
                     gen_stopped_at = Some(at);
                 }
             }
-        } else if next_ev.is_some() {
-            net.step();
         }
         // Cancel the client side of delivered requests at once.
-        let cancels = std::mem::take(&mut shared.borrow_mut().cancels);
-        for (h, id) in cancels {
-            net.with_host(h, |_, ctx| ctx.cancel(id));
+        if !shared.borrow().cancels.is_empty() {
+            std::mem::swap(&mut shared.borrow_mut().cancels, &mut cancels);
+            for &(h, id) in &cancels {
+                net.with_host(h, |_, ctx| ctx.cancel(id));
+            }
+            cancels.clear();
         }
         // Termination.
         let done = shared.borrow().measured_done;
@@ -666,7 +669,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
                 break;
             }
         }
-        if arrival.is_none() && next_ev.is_none() {
+        if arrival.is_none() && !stepped {
             break; // nothing left to happen (trace done but something undelivered)
         }
         if let Some(p) = progress.as_deref_mut() {

@@ -540,6 +540,12 @@ impl<A: App> EngineNet<A> {
         self.fabric.step(&mut self.engines)
     }
 
+    /// Processes the next event if it is due at or before `limit`; false if
+    /// there was none.
+    pub fn step_until(&mut self, limit: Time) -> bool {
+        self.fabric.step_until(&mut self.engines, limit)
+    }
+
     /// Processes every event up to and including `t`; the clock ends at `t`.
     pub fn run_until(&mut self, t: Time) {
         self.fabric.run_until(&mut self.engines, t)

@@ -1,8 +1,23 @@
-//! The event queue: a binary min-heap ordered by (time, sequence number).
+//! The event queue: earliest time first, events at the same instant in the
+//! order they were scheduled. That order, and the absence of any hash-ordered
+//! container, is what makes a run reproducible.
 //!
-//! The sequence number is assigned at insertion, so events scheduled for the
-//! same instant run in the order they were scheduled. That, and the absence of
-//! any hash-ordered container, is what makes a run reproducible.
+//! It is a timing wheel with one slot per nanosecond for the near future plus
+//! a binary heap for the rest. In a network simulation almost every event is
+//! scheduled less than a few microseconds ahead (a packet's serialization, a
+//! link's propagation and switching delay), so almost every push appends to a
+//! slot's FIFO list and every pop takes the head of the first non-empty slot,
+//! found with a two-level bitmap; only long timers go through the heap. A
+//! binary heap of all pending events (the previous design) cost one cache miss
+//! per level on every pop and was a fifth of a simulation's time.
+//!
+//! Exact order: the wheel holds the events of `[cur, cur + WHEEL)`, where
+//! `cur` is the time of the last event popped, one slot per distinct time, so
+//! walking the slots from `cur` visits times in increasing order, and within
+//! a slot events are in push order. An event further ahead waits in the heap
+//! (ordered by time, then push sequence) and moves to its slot as soon as `cur`
+//! comes within `WHEEL` of it, i.e. before any event for the same instant can
+//! be pushed to the wheel directly; so a slot's list is in push order too.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -22,55 +37,243 @@ pub(crate) enum Ev {
     Timer { host: u32, kind: u32, token: u64 },
 }
 
+/// Span of the wheel in ns (one slot per ns). 4,096 slots cover a full
+/// 1,538-byte frame at 10 Gbps (1,231 ns) plus link and switch latencies
+/// with room to spare, and the slot table (32 KB) stays in the L1/L2 cache.
+const WHEEL_BITS: u32 = 12;
+const WHEEL: usize = 1 << WHEEL_BITS;
+const WORDS: usize = WHEEL / 64;
+const NIL: u32 = u32::MAX;
+
+// The two-level bitmap has one summary word.
+const _: () = assert!(WORDS == 64);
+
+/// A far-future event in the heap.
 #[derive(Clone, Copy, Debug)]
-struct Entry {
+struct Far {
     time: Time,
     seq: u64,
     ev: Ev,
 }
 
-impl PartialEq for Entry {
+impl PartialEq for Far {
     fn eq(&self, other: &Self) -> bool {
         self.time == other.time && self.seq == other.seq
     }
 }
-impl Eq for Entry {}
-impl PartialOrd for Entry {
+impl Eq for Far {}
+impl PartialOrd for Far {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
-impl Ord for Entry {
+impl Ord for Far {
     /// Reversed, so that `BinaryHeap` (a max-heap) pops the earliest event.
     fn cmp(&self, other: &Self) -> Ordering {
         (other.time, other.seq).cmp(&(self.time, self.seq))
     }
 }
 
+/// A wheel entry: an event and the next entry of its slot (or of the free list).
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    ev: Ev,
+    next: u32,
+}
+
+/// Head and tail of a slot's FIFO list (indices into `nodes`).
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    head: u32,
+    tail: u32,
+}
+
 /// Pending events, earliest first, ties in insertion order.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct EventQueue {
-    heap: BinaryHeap<Entry>,
+    /// Time of the last event popped; the wheel holds `[cur, cur + WHEEL)`.
+    cur: Time,
+    slots: Box<[Slot]>,
+    /// Bit `i % 64` of word `i / 64` set iff slot `i` is non-empty.
+    bits: Box<[u64; WORDS]>,
+    /// Bit `w` set iff `bits[w] != 0`.
+    summary: u64,
+    nodes: Vec<Node>,
+    free: u32,
+    in_wheel: usize,
+    far: BinaryHeap<Far>,
     next_seq: u64,
 }
 
+impl Default for EventQueue {
+    fn default() -> Self {
+        EventQueue {
+            cur: 0,
+            slots: vec![
+                Slot {
+                    head: NIL,
+                    tail: NIL
+                };
+                WHEEL
+            ]
+            .into_boxed_slice(),
+            bits: Box::new([0; WORDS]),
+            summary: 0,
+            nodes: Vec::new(),
+            free: NIL,
+            in_wheel: 0,
+            far: BinaryHeap::new(),
+            next_seq: 0,
+        }
+    }
+}
+
 impl EventQueue {
+    /// Schedules `ev` at `time`, which must not be earlier than the last
+    /// event popped (an earlier time is treated as that time).
     pub(crate) fn push(&mut self, time: Time, ev: Ev) {
+        debug_assert!(time >= self.cur, "event scheduled in the past");
+        let time = time.max(self.cur);
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.heap.push(Entry { time, seq, ev });
+        if time - self.cur < WHEEL as u64 {
+            self.append(time, ev);
+        } else {
+            self.far.push(Far { time, seq, ev });
+        }
     }
 
+    /// Appends to the slot of `time` (within the wheel's span).
+    #[inline]
+    fn append(&mut self, time: Time, ev: Ev) {
+        let node = Node { ev, next: NIL };
+        let n = if self.free != NIL {
+            let n = self.free;
+            self.free = self.nodes[n as usize].next;
+            self.nodes[n as usize] = node;
+            n
+        } else {
+            self.nodes.push(node);
+            (self.nodes.len() - 1) as u32
+        };
+        let i = (time as usize) & (WHEEL - 1);
+        let slot = &mut self.slots[i];
+        if slot.tail == NIL {
+            slot.head = n;
+            self.bits[i / 64] |= 1 << (i % 64);
+            self.summary |= 1 << (i / 64);
+        } else {
+            self.nodes[slot.tail as usize].next = n;
+        }
+        slot.tail = n;
+        self.in_wheel += 1;
+    }
+
+    /// The first non-empty slot at or after `cur` (circularly). The wheel
+    /// must not be empty.
+    #[inline]
+    fn first_slot(&self) -> usize {
+        let i0 = (self.cur as usize) & (WHEEL - 1);
+        let w0 = i0 / 64;
+        let m = self.bits[w0] & (u64::MAX << (i0 % 64));
+        if m != 0 {
+            return w0 * 64 + m.trailing_zeros() as usize;
+        }
+        // Later words, then wrap around to the words up to w0 (whose bits
+        // below i0 are times one wheel span ahead).
+        let later = if w0 == 63 {
+            0
+        } else {
+            self.summary & (u64::MAX << (w0 + 1))
+        };
+        let s = if later != 0 { later } else { self.summary };
+        debug_assert!(s != 0, "first_slot on an empty wheel");
+        let w = s.trailing_zeros() as usize;
+        w * 64 + self.bits[w].trailing_zeros() as usize
+    }
+
+    /// Time of the events in slot `i`.
+    #[inline]
+    fn slot_time(&self, i: usize) -> Time {
+        let i0 = (self.cur as usize) & (WHEEL - 1);
+        self.cur + (i.wrapping_sub(i0) & (WHEEL - 1)) as Time
+    }
+
+    /// Moves the heap's events that are now within the wheel's span to their
+    /// slots, in (time, sequence) order.
+    #[inline]
+    fn migrate(&mut self) {
+        if self
+            .far
+            .peek()
+            .is_some_and(|f| f.time - self.cur < WHEEL as u64)
+        {
+            self.migrate_slow();
+        }
+    }
+
+    #[cold]
+    fn migrate_slow(&mut self) {
+        while let Some(f) = self.far.peek() {
+            if f.time - self.cur >= WHEEL as u64 {
+                break;
+            }
+            let f = self.far.pop().expect("peeked");
+            self.append(f.time, f.ev);
+        }
+    }
+
+    /// The earliest event, if there is one at or before `limit`.
+    #[inline]
+    pub(crate) fn pop_until(&mut self, limit: Time) -> Option<(Time, Ev)> {
+        if self.in_wheel == 0 {
+            if self.far.peek()?.time > limit {
+                return None;
+            }
+            self.cur = self.far.peek().expect("peeked").time;
+            self.migrate_slow();
+        }
+        let i = self.first_slot();
+        let t = self.slot_time(i);
+        if t > limit {
+            return None;
+        }
+        let slot = &mut self.slots[i];
+        let n = slot.head;
+        let node = self.nodes[n as usize];
+        slot.head = node.next;
+        if node.next == NIL {
+            slot.tail = NIL;
+            self.bits[i / 64] &= !(1 << (i % 64));
+            if self.bits[i / 64] == 0 {
+                self.summary &= !(1 << (i / 64));
+            }
+        }
+        self.nodes[n as usize].next = self.free;
+        self.free = n;
+        self.in_wheel -= 1;
+        if t != self.cur {
+            self.cur = t;
+            self.migrate();
+        }
+        Some((t, node.ev))
+    }
+
+    #[cfg(test)]
     pub(crate) fn pop(&mut self) -> Option<(Time, Ev)> {
-        self.heap.pop().map(|e| (e.time, e.ev))
+        self.pop_until(Time::MAX)
     }
 
     pub(crate) fn peek_time(&self) -> Option<Time> {
-        self.heap.peek().map(|e| e.time)
+        if self.in_wheel > 0 {
+            Some(self.slot_time(self.first_slot()))
+        } else {
+            self.far.peek().map(|f| f.time)
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.heap.len()
+        self.in_wheel + self.far.len()
     }
 
     /// Total events ever scheduled.
@@ -82,6 +285,16 @@ impl EventQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+    use std::collections::BinaryHeap;
+
+    fn port(e: Ev) -> u32 {
+        match e {
+            Ev::TxDone { port } => port,
+            _ => unreachable!(),
+        }
+    }
 
     #[test]
     fn pops_in_time_then_insertion_order() {
@@ -92,13 +305,85 @@ mod tests {
         q.push(3, Ev::TxDone { port: 3 });
         q.push(0, Ev::TxDone { port: 4 });
         let order: Vec<(Time, u32)> = std::iter::from_fn(|| q.pop())
-            .map(|(t, e)| match e {
-                Ev::TxDone { port } => (t, port),
-                _ => unreachable!(),
-            })
+            .map(|(t, e)| (t, port(e)))
             .collect();
         assert_eq!(order, vec![(0, 4), (3, 1), (3, 3), (5, 0), (5, 2)]);
         assert_eq!(q.len(), 0);
         assert_eq!(q.scheduled(), 5);
+        assert_eq!(q.pop(), None);
+        assert_eq!(q.peek_time(), None);
+    }
+
+    #[test]
+    fn far_events_keep_their_order_against_later_near_ones() {
+        let mut q = EventQueue::default();
+        let far = 3 * WHEEL as Time + 17;
+        // Two events for `far` go to the heap; once the clock is close, two
+        // more for the same instant go straight to the wheel: all four must
+        // come out in push order. Also an event exactly one span ahead and
+        // the largest time.
+        q.push(far, Ev::TxDone { port: 0 });
+        q.push(far, Ev::TxDone { port: 1 });
+        q.push(Time::MAX, Ev::TxDone { port: 9 });
+        q.push(far - 10, Ev::TxDone { port: 2 });
+        assert_eq!(q.pop().map(|(t, e)| (t, port(e))), Some((far - 10, 2)));
+        q.push(far, Ev::TxDone { port: 3 });
+        q.push(far - 10 + WHEEL as Time, Ev::TxDone { port: 5 });
+        q.push(far, Ev::TxDone { port: 4 });
+        assert_eq!(q.peek_time(), Some(far));
+        let order: Vec<(Time, u32)> = std::iter::from_fn(|| q.pop())
+            .map(|(t, e)| (t, port(e)))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                (far, 0),
+                (far, 1),
+                (far, 3),
+                (far, 4),
+                (far - 10 + WHEEL as Time, 5),
+                (Time::MAX, 9)
+            ]
+        );
+    }
+
+    /// Same order as a plain heap of (time, sequence), for a random mix of
+    /// near and far events pushed while popping, including same-time pushes.
+    #[test]
+    fn matches_a_reference_heap() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let mut q = EventQueue::default();
+        let mut reference: BinaryHeap<std::cmp::Reverse<(Time, u64)>> = BinaryHeap::new();
+        let mut now: Time = 0;
+        let mut seq = 0u64;
+        for round in 0..200_000u32 {
+            let pushes = if round < 100_000 {
+                rng.gen_range(0..3)
+            } else {
+                rng.gen_range(0..2)
+            };
+            for _ in 0..pushes {
+                let ahead = match rng.gen_range(0..10) {
+                    0 => 0,
+                    1 => rng.gen_range(0..4 * WHEEL as Time),
+                    2 => WHEEL as Time - 1 + rng.gen_range(0..3),
+                    _ => rng.gen_range(0..1_500),
+                };
+                q.push(now + ahead, Ev::TxDone { port: seq as u32 });
+                reference.push(std::cmp::Reverse((now + ahead, seq)));
+                seq += 1;
+            }
+            assert_eq!(q.len(), reference.len());
+            assert_eq!(q.peek_time(), reference.peek().map(|r| r.0 .0));
+            match (q.pop(), reference.pop()) {
+                (Some((t, e)), Some(std::cmp::Reverse((rt, rs)))) => {
+                    assert_eq!((t, port(e)), (rt, rs as u32));
+                    now = t;
+                }
+                (None, None) => {}
+                (a, b) => panic!("{a:?} vs {b:?}"),
+            }
+        }
+        assert_eq!(q.scheduled(), seq);
     }
 }

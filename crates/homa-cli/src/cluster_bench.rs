@@ -247,9 +247,9 @@ fn server(a: ServerArgs) -> anyhow::Result<()> {
     let addrs: Vec<String> = h.addrs.iter().map(|a| a.to_string()).collect();
     println!("{} bench server on {}", a.transport, addrs.join(", "));
     let start = Instant::now();
-    while a
+    while !a
         .seconds
-        .map_or(true, |s| start.elapsed().as_secs_f64() < s)
+        .is_some_and(|s| start.elapsed().as_secs_f64() >= s)
     {
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -353,6 +353,9 @@ fn cluster_cmd(a: ClusterArgs) -> anyhow::Result<()> {
     let w = a.workload.workload()?;
     let mut cfg = ClusterConfig::new(w, a.load);
     cfg.testbed = a.testbed.config();
+    if a.testbed.gbps.is_none() {
+        cfg.testbed.gbps = homa_testbed::default_gbps(&cfg.workload, a.load, cfg.testbed.hosts);
+    }
     cfg.transports = Transport::parse_list(&a.transports)?;
     cfg.seconds = a.seconds;
     cfg.warmup = a.warmup;

@@ -42,9 +42,10 @@ pub struct UpArgs {
     /// Number of hosts (network namespaces).
     #[arg(long, default_value_t = 4)]
     pub hosts: usize,
-    /// Link rate of every host link, Gbit/s.
-    #[arg(long, default_value_t = homa_testbed::DEFAULT_GBPS)]
-    pub gbps: f64,
+    /// Link rate of every host link, Gbit/s (default 0.1; `bench cluster`
+    /// lowers it for workloads of small messages, see docs/evaluation.md).
+    #[arg(long)]
+    pub gbps: Option<f64>,
     /// Priority classes per switch port (1 = a single FIFO).
     #[arg(long, default_value_t = 8)]
     pub priorities: u8,
@@ -63,7 +64,7 @@ impl UpArgs {
         TestbedConfig {
             prefix: self.prefix.prefix.clone(),
             hosts: self.hosts,
-            gbps: self.gbps,
+            gbps: self.gbps.unwrap_or(homa_testbed::DEFAULT_GBPS),
             priorities: self.priorities,
             queue_packets: self.queue_packets,
             shape_uplinks: !self.no_uplink_shaping,

@@ -117,7 +117,7 @@ impl ClusterConfig {
                 self.load
             )));
         }
-        if !(self.seconds > 0.0 && self.seconds <= 3600.0) || !(0.0..=60.0).contains(&self.warmup) {
+        if !(self.seconds > 0.0 && self.seconds <= 3600.0 && (0.0..=60.0).contains(&self.warmup)) {
             return Err(Error::Config(
                 "seconds must be in (0, 3600], warm-up in [0, 60]".into(),
             ));

@@ -33,8 +33,39 @@ pub use testbed::{Testbed, TestbedConfig, TestbedGuard};
 
 /// Default emulated link rate (Gbit/s). Chosen so that the links, not the
 /// two CPU cores of the machine all hosts share, limit the cluster at 80%
-/// load (see docs/evaluation.md for the CPU headroom measured there).
+/// load with W4 and W5 (docs/evaluation.md: the benchmark then uses under
+/// half of the two cores).
 pub const DEFAULT_GBPS: f64 = 0.1;
+
+/// RPCs per second, over all hosts, that the benchmark can carry on two
+/// cores with room to spare (measured: W3 at 0.04 Gbit/s, ~3,300 RPCs/s,
+/// takes 31% of the machine; at 0.1 Gbit/s, ~8,200 RPCs/s, it saturates it).
+pub const RPC_BUDGET: f64 = 3_000.0;
+
+/// The default link rate for a workload: [`DEFAULT_GBPS`], or less when the
+/// workload's messages are so small that the RPC rate at that link rate would
+/// make the CPU the bottleneck (W1-W3).
+pub fn default_gbps(w: &homa_sim::workload::Workload, load: f64, hosts: usize) -> f64 {
+    // Each host offers load x G of request + response payload.
+    let g = RPC_BUDGET * 2.0 * w.mean() * 8.0 / (load.max(0.01) * hosts.max(1) as f64) / 1e9;
+    (g.clamp(0.001, DEFAULT_GBPS) * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use homa_sim::workload::Workload;
+
+    #[test]
+    fn default_rate_shrinks_for_small_messages() {
+        let w = |n| Workload::builtin(n).unwrap().capped(1_000_000);
+        assert_eq!(default_gbps(&w("w4"), 0.8, 4), DEFAULT_GBPS);
+        assert_eq!(default_gbps(&w("w5"), 0.8, 4), DEFAULT_GBPS);
+        let w3 = default_gbps(&w("w3"), 0.8, 4);
+        assert!((0.03..0.05).contains(&w3), "{w3}");
+        assert!(default_gbps(&w("w1"), 0.8, 4) < 0.005);
+    }
+}
 
 /// Why a testbed or benchmark operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -112,7 +112,8 @@ fn flood(
             // busy machine). Refusals (EAGAIN, ENOBUFS) are the point: the
             // shaped link cannot take it all.
             let due = (start.elapsed().as_secs_f64() / gap.as_secs_f64()) as u64 + 1;
-            for _ in offered..due.min(offered + 64) {
+            let burst = due.saturating_sub(offered).min(64);
+            for _ in 0..burst {
                 offered += 1;
                 if s.send_to(&buf, dest).is_ok() {
                     accepted += 1;

@@ -423,7 +423,7 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
                 .map(|k| pool[(start + k) % pool.len()])
                 .filter(|&i| conns[i].alive);
             let mut best = live.min_by_key(|&i| conns[i].fifo.len());
-            let busy = best.map_or(true, |i| !conns[i].fifo.is_empty());
+            let busy = !matches!(best, Some(i) if conns[i].fifo.is_empty());
             if busy && pools[server].len() < spec.tcp_max_conns.max(1) {
                 let ports = &spec.servers[server];
                 let addr = ports[pools[server].len() % ports.len()];

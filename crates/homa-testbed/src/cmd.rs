@@ -117,9 +117,9 @@ pub fn batch(prog: &str, prefix: &[&str], lines: &[String], force: bool) -> Resu
     {
         let mut stdin = child.stdin.take().expect("piped stdin");
         let text = lines.join("\n") + "\n";
-        stdin
-            .write_all(text.as_bytes())
-            .map_err(|e| Error::Command(format!("{prog} -batch: {e}")))?;
+        // A program that exits early closes the pipe; its exit status,
+        // below, says whether that was a failure.
+        let _ = stdin.write_all(text.as_bytes());
     }
     let out = child
         .wait_with_output()

@@ -63,8 +63,15 @@ fn up(tag: char, hosts: usize, gbps: f64, f: impl FnOnce(&mut TestbedConfig)) ->
         ..Default::default()
     };
     f(&mut cfg);
-    // A leftover of this very process (an earlier panic) is rebuilt by up().
-    Testbed::up(&cfg).expect("testbed up").guard()
+    // A leftover of this very process (an earlier panic) is rebuilt by up();
+    // a half-built testbed is removed before failing.
+    match Testbed::up(&cfg) {
+        Ok(tb) => tb.guard(),
+        Err(e) => {
+            let _ = testbed::down(&cfg.prefix);
+            panic!("testbed up: {e}");
+        }
+    }
 }
 
 fn assert_gone(prefix: &str) {

@@ -533,6 +533,10 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
     let mut trace_pos = 0usize;
 
     let mut next_at: f64 = 0.0;
+    // `next_at` rounded to ns, kept up to date with it.
+    let mut next_at_ns: Time = 0;
+    // Time after which the run stops even if measured messages are missing.
+    let mut drain_limit: Option<Time> = None;
     let mut generated: u64 = 0;
     let mut measured_generated: u64 = 0;
     let mut gen_stopped_at: Option<Time> = None;
@@ -550,7 +554,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         let arrival: Option<Time> = if spec.trace.is_some() {
             trace.get(trace_pos).map(|m| m.at)
         } else {
-            Some(next_at.round() as Time)
+            Some(next_at_ns)
         };
         // One network event if it is due before the next arrival (an arrival
         // goes before the events of its own instant are done: `run_until`).
@@ -602,6 +606,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
                 }
                 let u: f64 = rng.gen();
                 next_at += -(1.0 - u).ln() * mean_gap_ns;
+                next_at_ns = next_at.round() as Time;
             }
             for &(src, dst, size, measured) in &msgs {
                 let payload = zeros.slice(0..size as usize);
@@ -658,16 +663,18 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         if all_generated && done >= measured_total {
             break;
         }
-        let stop_at = match &spec.trace {
-            Some(_) if all_generated => trace.last().map(|m| m.at),
-            _ => gen_stopped_at,
-        };
-        if let Some(stop_at) = stop_at {
-            let span = stop_at.saturating_sub(window_start.unwrap_or(0));
-            let limit = stop_at + ((span as f64 * spec.drain_factor) as Time).max(10_000_000);
-            if net.now() > limit {
-                break;
-            }
+        if drain_limit.is_none() {
+            let stop_at = match &spec.trace {
+                Some(_) if all_generated => trace.last().map(|m| m.at),
+                _ => gen_stopped_at,
+            };
+            drain_limit = stop_at.map(|stop_at| {
+                let span = stop_at.saturating_sub(window_start.unwrap_or(0));
+                stop_at + ((span as f64 * spec.drain_factor) as Time).max(10_000_000)
+            });
+        }
+        if drain_limit.is_some_and(|limit| net.now() > limit) {
+            break;
         }
         if arrival.is_none() && !stepped {
             break; // nothing left to happen (trace done but something undelivered)

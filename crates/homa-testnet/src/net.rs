@@ -217,6 +217,9 @@ struct Port {
     /// `info.buffer_limit`, `u64::MAX` for none.
     limit: u64,
     rate_bps: u64,
+    /// Picoseconds per byte when that is a whole number (every common link
+    /// rate), else 0: then a packet's time needs no 64-bit division.
+    ps_per_byte: u64,
     /// From the end of serialization to arrival: link latency plus the far
     /// node's forwarding latency or receive delay.
     arrive_delay: u64,
@@ -300,6 +303,19 @@ pub(crate) fn fnv(data: &[u8]) -> u64 {
 fn tx_time(wire_bytes: u64, rate_bps: u64) -> Time {
     // Rounded up to whole ns; u64 is enough for 64 KB datagrams at any rate.
     (wire_bytes * 8 * 1_000_000_000).div_ceil(rate_bps.max(1))
+}
+
+impl Port {
+    /// [`tx_time`] at this port's rate.
+    #[inline]
+    fn tx_time(&self, wire_bytes: u64) -> Time {
+        if self.ps_per_byte != 0 {
+            // Exact: ps_per_byte = 8e12 / rate, so this is the same fraction.
+            (wire_bytes * self.ps_per_byte).div_ceil(1000)
+        } else {
+            tx_time(wire_bytes, self.rate_bps)
+        }
+    }
 }
 
 impl Fabric {
@@ -406,6 +422,11 @@ impl Fabric {
             occupancy: 0,
             limit: u64::MAX,
             rate_bps,
+            ps_per_byte: if 8_000_000_000_000 % rate_bps == 0 {
+                8_000_000_000_000 / rate_bps
+            } else {
+                0
+            },
             arrive_delay: latency_ns + node_delay,
             to,
             from_host: match from {
@@ -731,7 +752,7 @@ impl Fabric {
         p.q[prio].add(now, wire);
         if p.in_service == NONE {
             p.in_service = slot;
-            let t = now + tx_time(wire, p.rate_bps);
+            let t = now + p.tx_time(wire);
             self.queue.push(t, Ev::TxDone { port: port as u32 });
         } else {
             let qi = if p.fifo { 0 } else { prio };
@@ -850,7 +871,7 @@ impl Fabric {
         p.in_service = NONE;
         if let (Some(next), Some(next_wire)) = (next, next_wire) {
             p.in_service = next;
-            let t = now + tx_time(next_wire, p.rate_bps);
+            let t = now + p.tx_time(next_wire);
             self.queue.push(t, Ev::TxDone { port: port as u32 });
         }
         let mut arrival = now + p.arrive_delay;
@@ -1233,6 +1254,30 @@ mod tests {
         assert_eq!(tx_time(1500, 10_000_000_000), 1200);
         assert_eq!(tx_time(1, 3_000_000_000), 3); // 2.67 ns
         assert_eq!(tx_time(0, 1), 0);
+    }
+
+    #[test]
+    fn port_tx_time_equals_the_general_formula() {
+        let mut f = Fabric::new(0);
+        let a = f.add_host();
+        let b = f.add_host();
+        for rate in [
+            1_000_000_000u64,
+            3_000_000_000,
+            10_000_000_000,
+            25_000_000_000,
+            40_000_000_000,
+            100_000_000_000,
+            7_777_777_777,
+        ] {
+            f.hosts[a].nic = NONE;
+            let l = f.link(Node::Host(a), Node::Host(b), rate, 0);
+            let p = &f.ports[l];
+            assert_eq!(p.ps_per_byte != 0, 8_000_000_000_000 % rate == 0);
+            for wire in [0u64, 1, 7, 66, 1000, 1538, 9000, 65_601] {
+                assert_eq!(p.tx_time(wire), tx_time(wire, rate), "{rate} {wire}");
+            }
+        }
     }
 
     #[test]

@@ -154,6 +154,12 @@ pub fn table(r: &Report) -> String {
         r.events_per_second / 1e6,
         r.events_per_cpu_second / 1e6
     );
+    let _ = writeln!(
+        s,
+        "  memory: receive pools reserved at most {:.1} MB (all hosts, sampled); process peak RSS {:.1} MB",
+        r.pool_reserved_peak_bytes as f64 / 1e6,
+        r.max_rss_bytes as f64 / 1e6
+    );
     s
 }
 

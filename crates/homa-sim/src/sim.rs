@@ -344,6 +344,12 @@ pub struct Report {
     /// achieves when it is not shared).
     pub events_per_cpu_second: f64,
     pub cpu_seconds: f64,
+    /// Peak resident memory of the whole process so far (bytes; runs of a
+    /// parallel sweep share it).
+    pub max_rss_bytes: u64,
+    /// Largest sum over hosts of receive-pool space reserved (bytes),
+    /// sampled every 2^20 events and at the end.
+    pub pool_reserved_peak_bytes: u64,
     pub events: u64,
     pub wall_seconds: f64,
     pub simulated_ns: Time,
@@ -544,6 +550,8 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
     let mut window: Option<(Throughput, Vec<QueueClass>)> = None;
     let mut delivered_at_window_start = 0u64;
     let mut last_progress_events = 0u64;
+    let mut pool_peak = 0u64;
+    let mut next_pool_sample = 0u64;
     let mut senders: Vec<HostId> = Vec::new();
     let mut cancels: Vec<(HostId, RpcId)> = Vec::new();
     let mut msgs: Vec<(HostId, HostId, u32, bool)> = Vec::with_capacity(per_round);
@@ -679,6 +687,10 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         if arrival.is_none() && !stepped {
             break; // nothing left to happen (trace done but something undelivered)
         }
+        if net.fabric().events_processed() >= next_pool_sample {
+            next_pool_sample = net.fabric().events_processed() + (1 << 20);
+            pool_peak = pool_peak.max(pool_reserved(&net));
+        }
         if let Some(p) = progress.as_deref_mut() {
             let ev = net.fabric().events_processed();
             if ev - last_progress_events >= 1 << 16 {
@@ -698,6 +710,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
     }
     let wall_seconds = wall.elapsed().as_secs_f64();
     let cpu_seconds = thread_cpu_seconds() - cpu0;
+    pool_peak = pool_peak.max(pool_reserved(&net));
     let now = net.now();
     let (throughput, queues) = window.unwrap_or_else(|| {
         let ws = window_start.unwrap_or(0);
@@ -819,6 +832,8 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         events_per_second: events as f64 / wall_seconds.max(1e-9),
         events_per_cpu_second: events as f64 / cpu_seconds.max(1e-9),
         cpu_seconds,
+        max_rss_bytes: max_rss_bytes(),
+        pool_reserved_peak_bytes: pool_peak,
         events,
         wall_seconds,
         simulated_ns: now,
@@ -921,6 +936,25 @@ fn is_tor(t: &Topology, s: usize) -> bool {
         crate::topology::Shape::TwoLevel { racks, .. } => s < racks,
         crate::topology::Shape::Star { .. } => true,
     }
+}
+
+/// Receive-pool space reserved on all hosts (whole bpages).
+fn pool_reserved(net: &EngineNet<SimApp>) -> u64 {
+    (0..net.n_hosts())
+        .filter_map(|h| net.try_endpoint(h))
+        .map(|ep| ep.stats().pool_bpages_in_use as u64 * homa_proto::pool::BPAGE_SIZE as u64)
+        .sum()
+}
+
+/// Peak resident set size of this process (bytes).
+fn max_rss_bytes() -> u64 {
+    // SAFETY: getrusage only writes the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if rc != 0 {
+        return 0;
+    }
+    ru.ru_maxrss.max(0) as u64 * 1024 // kilobytes on Linux
 }
 
 /// CPU time consumed by the calling thread (s).

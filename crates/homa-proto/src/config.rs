@@ -77,6 +77,11 @@ pub struct Config {
     pub pool_bytes: usize,
     /// Compute and require packet checksums (CRC-32C).
     pub checksum: bool,
+    /// Simulation only: reserve pool space and track every byte as usual, but
+    /// do not copy payloads into the pool, so delivered messages have the
+    /// right length and unspecified contents. Spares a simulator of thousands
+    /// of hosts the memory and page faults of data nobody reads.
+    pub discard_payload: bool,
     /// Seed for this endpoint's first RPC id. Ids must not repeat across
     /// restarts of an endpoint at the same address, so drivers pass something
     /// that differs per incarnation (time, random).
@@ -122,6 +127,7 @@ impl Default for Config {
             max_peers: 10_000,
             pool_bytes: 64 << 20,
             checksum: true,
+            discard_payload: false,
             rpc_id_seed: 1,
         }
     }

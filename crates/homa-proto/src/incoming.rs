@@ -124,8 +124,10 @@ impl Endpoint {
             }
             Some(n) => n,
         };
-        self.pool
-            .write(inc.alloc.as_ref().unwrap(), start as usize, payload);
+        if !self.config.discard_payload {
+            self.pool
+                .write(inc.alloc.as_ref().unwrap(), start as usize, payload);
+        }
         inc.bytes_received += new;
         self.metrics.data_bytes_received += new as u64;
         self.incoming_total = self.incoming_total - old_outstanding + inc.outstanding();

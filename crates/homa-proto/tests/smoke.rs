@@ -210,3 +210,26 @@ fn split_transmit_gives_the_same_datagrams_without_copying_payloads() {
     assert!(b.poll_transmit_split(0, &mut buf_b).is_none());
     assert!(n > 10);
 }
+
+#[test]
+fn discard_payload_delivers_lengths_without_touching_the_pool() {
+    let config = Config {
+        discard_payload: true,
+        ..Config::default()
+    };
+    let mut link = Link::new(2, config);
+    let id = link.eps[0]
+        .send_request(0, link.addrs[1], pattern(1, 300_000))
+        .unwrap();
+    let mut got = Vec::new();
+    link.run(1_000_000_000, &mut |ep, now, _, ev| match ev {
+        Event::Request { rpc, message } => {
+            assert_eq!(message.len(), 300_000);
+            ep.send_response(now, rpc, Bytes::from(vec![1u8; 70_000]))
+                .unwrap();
+        }
+        Event::Response { id, message } => got.push((id, message.len())),
+        Event::Failed { id, error } => panic!("{id:?}: {error}"),
+    });
+    assert_eq!(got, [(id, 70_000)]);
+}

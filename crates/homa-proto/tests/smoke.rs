@@ -212,7 +212,7 @@ fn split_transmit_gives_the_same_datagrams_without_copying_payloads() {
 }
 
 #[test]
-fn discard_payload_delivers_lengths_without_touching_the_pool() {
+fn discard_payload_still_delivers_every_message_with_its_length() {
     let config = Config {
         discard_payload: true,
         ..Config::default()

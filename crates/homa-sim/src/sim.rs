@@ -385,7 +385,7 @@ struct Shared {
     topology: Topology,
     max_packet_size: usize,
     /// Per client host: its outstanding messages by RPC id.
-    outstanding: Vec<HashMap<u64, Pending>>,
+    outstanding: Vec<HashMap<u64, Pending, IdHash>>,
     completions: Vec<Completion>,
     /// Client RPCs to cancel (their request was delivered).
     cancels: Vec<(HostId, RpcId)>,
@@ -469,7 +469,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
     let shared = Rc::new(RefCell::new(Shared {
         topology: t,
         max_packet_size: spec.max_packet_size,
-        outstanding: (0..n).map(|_| HashMap::new()).collect(),
+        outstanding: (0..n).map(|_| HashMap::default()).collect(),
         completions: Vec::new(),
         cancels: Vec::new(),
         best: HashMap::new(),
@@ -935,6 +935,30 @@ fn is_tor(t: &Topology, s: usize) -> bool {
     match t.shape {
         crate::topology::Shape::TwoLevel { racks, .. } => s < racks,
         crate::topology::Shape::Star { .. } => true,
+    }
+}
+
+/// Hashes RPC ids (engine-chosen integers) with one multiplication instead of
+/// SipHash: the table is touched twice per message. Deterministic; nothing
+/// depends on the table's iteration order anyway.
+type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        // Fibonacci hashing: the high bits (hashbrown's tag) mix every input
+        // bit; the low bits (the bucket) stay distinct for sequential ids.
+        self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 

@@ -246,11 +246,29 @@ struct Switch {
     route_ports: Vec<u32>,
 }
 
+/// A packet in flight, in one cache line (a [`Packet`] with 32-bit host
+/// indices, its wire length and its link in a port queue).
+#[repr(C, align(64))]
 struct Slot {
-    pkt: Packet,
+    data: Vec<u8>,
+    uid: u64,
+    sent_at: Time,
+    src: u32,
+    dst: u32,
     wire_len: u32,
     /// Next packet in the same port queue.
     next: u32,
+    priority: u8,
+}
+
+impl Slot {
+    /// A copy of every field but the data (which is left empty).
+    fn clone_header(&self) -> Slot {
+        Slot {
+            data: Vec::new(),
+            ..*self
+        }
+    }
 }
 
 /// Most recycled buffers kept; beyond this they are freed.
@@ -638,7 +656,7 @@ impl Fabric {
         let mut n = 0;
         while let Some(s) = self.pop_highest(nic as usize) {
             let wire = self.slab[s as usize].wire_len as u64;
-            let prio = self.slab[s as usize].pkt.priority as usize;
+            let prio = self.slab[s as usize].priority as usize;
             let port = &mut self.ports[nic as usize];
             port.occupancy -= wire;
             port.q[prio].sub(now, wire);
@@ -693,16 +711,14 @@ impl Fabric {
         self.next_uid += 1;
         let wire_len = data.len() as u32 + self.overhead_bytes;
         let slot = self.alloc_slot(Slot {
-            pkt: Packet {
-                src,
-                dst,
-                priority: priority.min(7),
-                uid,
-                sent_at: self.now,
-                data,
-            },
+            data,
+            uid,
+            sent_at: self.now,
+            src: src as u32,
+            dst: dst as u32,
             wire_len,
             next: NONE,
+            priority: priority.min(7),
         });
         self.enqueue(nic as usize, slot)
     }
@@ -727,18 +743,27 @@ impl Fabric {
 
     fn take_slot(&mut self, i: u32) -> Packet {
         self.free_slots.push(i);
-        std::mem::take(&mut self.slab[i as usize].pkt)
+        let s = &mut self.slab[i as usize];
+        Packet {
+            src: s.src as HostId,
+            dst: s.dst as HostId,
+            priority: s.priority,
+            uid: s.uid,
+            sent_at: s.sent_at,
+            data: std::mem::take(&mut s.data),
+        }
     }
 
     fn free_slot(&mut self, i: u32) {
-        let p = self.take_slot(i);
-        self.recycle(p.data);
+        self.free_slots.push(i);
+        let data = std::mem::take(&mut self.slab[i as usize].data);
+        self.recycle(data);
     }
 
     fn enqueue(&mut self, port: usize, slot: u32) -> bool {
         let sl = &mut self.slab[slot as usize];
         let wire = sl.wire_len as u64;
-        let prio = sl.pkt.priority as usize;
+        let prio = sl.priority as usize;
         sl.next = NONE;
         let now = self.now;
         let p = &mut self.ports[port];
@@ -857,7 +882,7 @@ impl Fabric {
         debug_assert!(slot != NONE);
         let (wire, prio) = {
             let sl = &self.slab[slot as usize];
-            (sl.wire_len as u64, sl.pkt.priority as usize)
+            (sl.wire_len as u64, sl.priority as usize)
         };
         // Start the next packet before anyone can add to the queue.
         let next = self.pop_highest(port);
@@ -885,7 +910,7 @@ impl Fabric {
             self.queue.push(arrival, arrive);
         } else {
             let cfg = self.port_faults(port).expect("faulty port has faults");
-            let data = &mut self.slab[slot as usize].pkt.data;
+            let data = &mut self.slab[slot as usize].data;
             let fate = faults::decide(&cfg, &mut self.fault_rng, data, &mut self.fault_stats);
             if fate.drop {
                 self.free_slot(slot);
@@ -895,14 +920,11 @@ impl Fabric {
                 if fate.duplicate {
                     let mut copy = self.take_buf();
                     let orig = &self.slab[slot as usize];
-                    copy.extend_from_slice(&orig.pkt.data);
+                    copy.extend_from_slice(&orig.data);
                     let dup = Slot {
-                        pkt: Packet {
-                            data: copy,
-                            ..orig.pkt.clone_header()
-                        },
-                        wire_len: orig.wire_len,
+                        data: copy,
                         next: NONE,
+                        ..orig.clone_header()
                     };
                     let dslot = self.alloc_slot(dup);
                     self.queue.push(
@@ -923,9 +945,9 @@ impl Fabric {
     fn arrive<H: Hosts + ?Sized>(&mut self, port: usize, slot: u32, hosts: &mut H) {
         match self.ports[port].to {
             Node::Switch(s) => {
-                let pkt = &self.slab[slot as usize].pkt;
+                let pkt = &self.slab[slot as usize];
                 let sw = &self.switches[s];
-                let (start, len) = sw.routes.get(pkt.dst).copied().unwrap_or((0, 0));
+                let (start, len) = sw.routes.get(pkt.dst as usize).copied().unwrap_or((0, 0));
                 if len == 0 {
                     self.stats.no_route += 1;
                     self.free_slot(slot);
@@ -1129,20 +1151,6 @@ impl Fabric {
     /// Packets queued, being serialized or propagating.
     pub fn packets_in_flight(&self) -> usize {
         self.slab.len() - self.free_slots.len()
-    }
-}
-
-impl Packet {
-    /// A copy of every field but the data (which is left empty).
-    fn clone_header(&self) -> Packet {
-        Packet {
-            src: self.src,
-            dst: self.dst,
-            priority: self.priority,
-            uid: self.uid,
-            sent_at: self.sent_at,
-            data: Vec::new(),
-        }
     }
 }
 

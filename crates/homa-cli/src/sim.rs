@@ -93,6 +93,10 @@ pub struct SimArgs {
     /// Receive pool per host, MiB (default max(1 GiB, 4x the largest message)).
     #[arg(long)]
     pool_mb: Option<usize>,
+    /// Have receivers copy payload bytes into their pools (by default they
+    /// only reserve the space: same results, far less memory).
+    #[arg(long)]
+    keep_payloads: bool,
     /// Threads for sweeps (default: one per core).
     #[arg(long, default_value = "0")]
     threads: usize,
@@ -224,6 +228,7 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
                                     seed,
                                     max_packet_size: a.max_packet_size,
                                     pool_bytes: a.pool_mb.map(|m| m << 20),
+                                    keep_payloads: a.keep_payloads,
                                     ..SimSpec::new(workload.clone(), load)
                                 });
                             }

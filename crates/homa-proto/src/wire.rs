@@ -497,13 +497,7 @@ fn compute_checksum_split(head: &[u8], tail: &[u8]) -> u32 {
 /// CRC-32C over the whole packet except the checksum field itself. Never 0, so
 /// that 0 can mean "no checksum".
 fn compute_checksum(packet: &[u8]) -> u32 {
-    let crc = crc32c::crc32c(&packet[..CHECKSUM_RANGE.start]);
-    let crc = crc32c::crc32c_append(crc, &packet[CHECKSUM_RANGE.end..]);
-    if crc == 0 {
-        1
-    } else {
-        crc
-    }
+    compute_checksum_split(packet, &[])
 }
 
 /// Checks a datagram's checksum. With `required` unset a zero (absent) checksum

@@ -90,7 +90,8 @@ pub struct SimArgs {
     /// Largest datagram (UDP payload bytes).
     #[arg(long, default_value = "1472")]
     max_packet_size: usize,
-    /// Receive pool per host, MiB (default max(1 GiB, 4x the largest message)).
+    /// Receive pool per host, MiB (default max(4 GiB, 4x the largest message);
+    /// 1 GiB with --keep-payloads).
     #[arg(long)]
     pool_mb: Option<usize>,
     /// Have receivers copy payload bytes into their pools (by default they

@@ -139,7 +139,10 @@ pub struct SimSpec {
     pub seed: u64,
     /// Largest datagram (UDP payload).
     pub max_packet_size: usize,
-    /// Receive pool per host; default max(1 GiB, 4 × the largest message).
+    /// Receive pool per host; default max(4 GiB, 4 × the largest message),
+    /// or max(1 GiB, …) with `keep_payloads`. Without payloads the pool's
+    /// region is never touched, so its size costs address space only; a
+    /// variant that cannot keep up (basic under W5) reserves more and more.
     pub pool_bytes: Option<usize>,
     /// After generation ends, traffic continues until every measured message
     /// is delivered, for at most this multiple of the generation time
@@ -243,9 +246,10 @@ impl SimSpec {
         c.link_bps = t.host_link_bps;
         c.packet_overhead_bytes = t.overhead_bytes;
         c.max_message_length = self.workload.max_len().max(1);
+        let min_pool: usize = if self.keep_payloads { 1 << 30 } else { 4 << 30 };
         c.pool_bytes = self
             .pool_bytes
-            .unwrap_or((1usize << 30).max(4 * c.max_message_length as usize));
+            .unwrap_or(min_pool.max(4 * c.max_message_length as usize));
         c.max_client_rpcs = 1 << 20;
         // Long enough to catch delayed duplicates of a request (they follow a
         // RESEND by at most a few ms); short, so the table stays small.

@@ -149,6 +149,21 @@ pub enum Body<'a> {
     Ack(&'a [u64]),
 }
 
+impl Body<'_> {
+    pub fn packet_type(&self) -> PacketType {
+        match self {
+            Body::Data { .. } => PacketType::Data,
+            Body::Grant(_) => PacketType::Grant,
+            Body::Resend(_) => PacketType::Resend,
+            Body::RpcUnknown => PacketType::RpcUnknown,
+            Body::Busy => PacketType::Busy,
+            Body::Cutoffs(_) => PacketType::Cutoffs,
+            Body::NeedAck => PacketType::NeedAck,
+            Body::Ack(_) => PacketType::Ack,
+        }
+    }
+}
+
 /// A decoded packet body; borrows the input buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Packet<'a> {
@@ -410,16 +425,7 @@ fn encode_inner(
     with_payload: bool,
 ) {
     let start = out.len();
-    let ptype = match body {
-        Body::Data { .. } => PacketType::Data,
-        Body::Grant(_) => PacketType::Grant,
-        Body::Resend(_) => PacketType::Resend,
-        Body::RpcUnknown => PacketType::RpcUnknown,
-        Body::Busy => PacketType::Busy,
-        Body::Cutoffs(_) => PacketType::Cutoffs,
-        Body::NeedAck => PacketType::NeedAck,
-        Body::Ack(_) => PacketType::Ack,
-    };
+    let ptype = body.packet_type();
     let mut flags = 0;
     if common.from_client {
         flags |= FLAG_FROM_CLIENT;
@@ -577,16 +583,7 @@ mod tests {
     }
 
     fn body_type(body: &Body<'_>) -> PacketType {
-        match body {
-            Body::Data { .. } => PacketType::Data,
-            Body::Grant(_) => PacketType::Grant,
-            Body::Resend(_) => PacketType::Resend,
-            Body::RpcUnknown => PacketType::RpcUnknown,
-            Body::Busy => PacketType::Busy,
-            Body::Cutoffs(_) => PacketType::Cutoffs,
-            Body::NeedAck => PacketType::NeedAck,
-            Body::Ack(_) => PacketType::Ack,
-        }
+        body.packet_type()
     }
 
     /// True when a decoded packet carries exactly what `body` encoded.

@@ -113,6 +113,15 @@ pub struct TransportResult {
 }
 
 impl ClusterReport {
+    /// Rows of the per-decile tables: the most deciles any transport has.
+    fn decile_rows(&self) -> usize {
+        self.transports
+            .iter()
+            .map(|t| t.deciles.len())
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("report serializes")
     }
@@ -194,12 +203,7 @@ impl ClusterReport {
             let _ = write!(s, " {:>12}", t.transport);
         }
         let _ = writeln!(s);
-        let rows = self
-            .transports
-            .iter()
-            .map(|t| t.deciles.len())
-            .max()
-            .unwrap_or(0);
+        let rows = self.decile_rows();
         for i in 0..rows {
             let size = self
                 .transports
@@ -326,12 +330,7 @@ impl ClusterReport {
             let _ = write!(h, "<th>p50</th><th>p99</th>");
         }
         let _ = writeln!(h, "</tr>");
-        let rows = self
-            .transports
-            .iter()
-            .map(|t| t.deciles.len())
-            .max()
-            .unwrap_or(0);
+        let rows = self.decile_rows();
         for i in 0..rows {
             let size = self
                 .transports

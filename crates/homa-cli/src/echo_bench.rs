@@ -27,6 +27,10 @@ pub struct EchoBenchArgs {
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Record a time trace of Homa's fast path during the measured round
+    /// trips and print the mean time of each step (to stderr).
+    #[arg(long)]
+    pub timetrace: bool,
     #[command(flatten)]
     pub homa: HomaOpts,
 }
@@ -52,7 +56,14 @@ pub fn run(args: EchoBenchArgs) -> anyhow::Result<()> {
         let warmup = (count / 10).max(10);
         for t in &args.transports {
             let h = match t.as_str() {
-                "homa" => homa_echo(&args.homa, size, count, warmup).context("homa echo")?,
+                "homa" => {
+                    let h = homa_echo(&args.homa, size, count, warmup, args.timetrace)
+                        .context("homa echo")?;
+                    if args.timetrace {
+                        print_timetrace(size, count);
+                    }
+                    h
+                }
                 "udp" if size <= MAX_UDP_PAYLOAD => udp_pingpong(size, count, warmup, poll)?,
                 "udp" => continue,
                 _ => tcp_pingpong(size, count, warmup, poll)?,
@@ -90,34 +101,73 @@ fn print_ratios(rows: &[LatencyRow]) {
     }
 }
 
+/// The mean duration of each step of a round trip, from the time trace of
+/// the last run; steps seen in fewer than half the round trips are left out.
+fn print_timetrace(size: usize, count: u64) {
+    let events = homa::timetrace::collect();
+    homa::timetrace::clear();
+    let rts = events
+        .iter()
+        .filter(|e| e.event == "response returned")
+        .count()
+        .max(1);
+    eprintln!("time trace, {size} B echo ({rts} of {count} round trips retained):");
+    let mut total = 0.0;
+    for (step, mean_ns, n) in homa::timetrace::breakdown(&events) {
+        if n * 2 >= rts {
+            let per_rt = mean_ns * n as f64 / rts as f64;
+            total += per_rt;
+            eprintln!(
+                "  {per_rt:8.0} ns  {step}  (x{:.2} per round trip)",
+                n as f64 / rts as f64
+            );
+        }
+    }
+    eprintln!("  {total:8.0} ns  total of the steps shown");
+    let (blamed, cutoff) = homa::timetrace::tail_steps(&events, "response returned", 0.01);
+    eprintln!(
+        "slowest 1% of round trips (over {cutoff:.0} ns), the step that ran longest past its mean:"
+    );
+    for (step, n, excess) in blamed.iter().take(8) {
+        eprintln!("  {n:6} x  +{excess:8.0} ns  {step}");
+    }
+}
+
 /// Round trips of `size`-byte echoes between two Homa endpoints.
 pub fn homa_echo(
     opts: &HomaOpts,
     size: usize,
     count: u64,
     warmup: u64,
+    timetrace: bool,
 ) -> anyhow::Result<Histogram<u64>> {
     let cfg = opts.config_with_link(crate::bench::LOOPBACK_GBPS)?;
     let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let addr = server.local_addr();
     let srv = server.clone();
-    let echo = std::thread::spawn(move || -> homa::Result<()> {
-        loop {
-            match srv.recv_request() {
-                Ok(req) => {
-                    let body = Bytes::from(req.message().to_vec());
-                    req.reply(body)?;
+    let echo =
+        std::thread::Builder::new()
+            .name("server".into())
+            .spawn(move || -> homa::Result<()> {
+                loop {
+                    match srv.recv_request() {
+                        Ok(req) => {
+                            let body = Bytes::from(req.message().to_vec());
+                            req.reply(body)?;
+                        }
+                        Err(homa::Error::Shutdown) => return Ok(()),
+                        Err(e) => return Err(e),
+                    }
                 }
-                Err(homa::Error::Shutdown) => return Ok(()),
-                Err(e) => return Err(e),
-            }
-        }
-    });
+            })?;
     let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg)?;
     let msg = Bytes::from(payload(size, 4));
     let mut h = new_histogram();
     let result = (|| -> anyhow::Result<()> {
         for i in 0..warmup + count {
+            if timetrace && i == warmup {
+                homa::timetrace::enable(true);
+            }
             let t0 = Instant::now();
             let reply = client.call(addr, msg.clone())?;
             let ns = t0.elapsed().as_nanos() as u64;
@@ -138,6 +188,7 @@ pub fn homa_echo(
         }
         Ok(())
     })();
+    homa::timetrace::enable(false);
     server.shutdown();
     echo.join()
         .map_err(|_| anyhow::anyhow!("echo thread panicked"))??;

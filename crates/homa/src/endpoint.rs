@@ -15,11 +15,12 @@ use crate::socket::{
     Faults, FlushOutcome, RecvOutcome, RxBatch, SocketOptions, SocketStats, TxQueue, UdpSocket,
 };
 use crate::sys::{ppoll, set_timer_slack_ns, EventFd};
+use crate::timetrace;
 use crate::wait::{Slot, WaitQueue, Waiter};
 use bytes::Bytes;
+use foldhash::HashMap;
 use homa_proto::{EndpointStats, Event, Metrics, RpcId, ServerRpc};
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
@@ -43,6 +44,13 @@ const BG_MAX_SLEEP_NS: u64 = 2_000_000;
 /// answering peers (grants, BUSY, acks) while the application is busy
 /// elsewhere, as the kernel does for the Linux module.
 const APP_IDLE_NS: u64 = 1_000_000;
+/// Protocol timers (resend, keep-alive, tombstone and peer expiry; hundreds
+/// of µs apart) may run this late. A drive that delivers a result or sends an
+/// application's message leaves a due timer to the next idle pass (a busy
+/// poller has one within µs), so that a timer tick, which can take several
+/// µs, is not paid inside somebody's round trip. Pacing is not a timer: the
+/// transmit step handles it on every pass.
+const TIMER_DEFER_NS: u64 = 200_000;
 /// Deadlines closer than this (pacing: the NIC queue drains in µs) are
 /// worth a doorbell ring when the background thread would sleep past them.
 const URGENT_NS: u64 = 100_000;
@@ -241,7 +249,7 @@ impl Endpoint {
             engine,
             rx: RxBatch::new(cfg.recv_batch),
             tx: TxQueue::new(cfg.send_batch, engine_cfg.max_packet_size),
-            rpcs: HashMap::new(),
+            rpcs: HashMap::default(),
             faults: cfg.fault.as_ref().map(Faults::new),
             stats: SocketStats::default(),
             errors: Vec::new(),
@@ -339,6 +347,7 @@ impl Endpoint {
     /// with [`PendingRpc::wait`]. This is the Linux module's private RPC: only
     /// the holder of its id can receive the response.
     pub fn send_request(&self, peer: SocketAddr, request: impl Into<Bytes>) -> Result<PendingRpc> {
+        timetrace::record("send_request");
         let slot = Arc::new(Slot::new());
         let id = self
             .shared()
@@ -384,10 +393,13 @@ impl Endpoint {
 
     /// Waits for the next incoming request.
     pub fn recv_request(&self) -> Result<Request> {
-        self.shared()
+        let r = self
+            .shared()
             .wait_queue(&self.shared().requests, None)?
             .map(|r| self.shared().request(r))
-            .ok_or(Error::Shutdown)
+            .ok_or(Error::Shutdown);
+        timetrace::record("request returned");
+        r
     }
 
     /// Like [`Self::recv_request`], returning `Ok(None)` after `timeout`.
@@ -505,6 +517,7 @@ impl PendingRpc {
         match r {
             Some(r) => {
                 self.finished = true;
+                timetrace::record("response returned");
                 r.map(Message::new)
             }
             // Timed out or shut down: Drop abandons the RPC.
@@ -555,6 +568,7 @@ impl Request {
     }
     /// Sends the response. The request's message is released first.
     pub fn reply(self, response: impl Into<Bytes>) -> Result<()> {
+        timetrace::record("reply");
         let (message, r) = self.into_parts();
         drop(message);
         r.reply(response)
@@ -687,6 +701,7 @@ impl Shared {
                 .engine
                 .send_request(now, peer, request)
                 .map_err(Error::from_send)?;
+            timetrace::record("engine send_request done");
             d.rpcs.insert(id, ClientRpc { peer, target });
             Ok::<_, Error>(id)
         })?;
@@ -707,8 +722,12 @@ impl Shared {
             });
         }
         let len = response.len();
-        self.with_driver(false, |d, now| d.engine.send_response(now, rpc, response))
-            .map_err(Error::from_send)?;
+        self.with_driver(false, |d, now| {
+            let r = d.engine.send_response(now, rpc, response);
+            timetrace::record("engine send_response done");
+            r
+        })
+        .map_err(Error::from_send)?;
         if len > self.unsched_bytes {
             self.need_attention(len);
         }
@@ -737,8 +756,9 @@ impl Shared {
 
     /// Receive, timers, events, transmit: one round of progress.
     fn drive(&self, d: &mut Driver, now: u64, recv: bool) {
+        let mut got = false;
         if recv {
-            let got = self.receive(d, now);
+            got = self.receive(d, now);
             // A poll that found nothing, with no timer due and nothing queued,
             // changed nothing: skip the rest (this is the busy-poll loop).
             if !got
@@ -749,16 +769,24 @@ impl Shared {
                 return;
             }
         }
-        if d.engine.poll_timeout().is_some_and(|t| t <= now) {
+        // `recv` false: an application call (send or reply); `got`: this
+        // pass delivers packets. Either way someone waits on this pass.
+        let busy = !recv || got;
+        if d.engine
+            .poll_timeout()
+            .is_some_and(|t| t <= now && (!busy || t.saturating_add(TIMER_DEFER_NS) <= now))
+        {
             d.engine.handle_timeout(now);
         }
         self.dispatch_events(d);
+        timetrace::record("events dispatched");
         self.transmit(d, now);
         // Sending may have failed fast (unreachable): deliver those too.
         if !d.errors.is_empty() {
             self.handle_errors(d);
         }
         self.publish(d, now);
+        timetrace::record("drive done");
     }
 
     /// Receives what is waiting; returns whether anything arrived.
@@ -796,6 +824,9 @@ impl Shared {
                     }
                 }
             }
+        }
+        if got {
+            timetrace::record("engine rx done");
         }
         if let Some(f) = faults.as_mut() {
             stats.injected_rx_drops = f.rx_drops;
@@ -958,9 +989,14 @@ impl Shared {
     /// wait for room, or a long message is going out. (Client RPCs merely in
     /// flight can wait for the idle take-over, `APP_IDLE_NS`.)
     fn needs_watch_now(&self) -> bool {
-        self.blocked.load(SeqCst) > 0
-            || self.tx_pending.load(SeqCst)
-            || self.attention_until.load(SeqCst) > self.now_ns()
+        self.blocked.load(SeqCst) > 0 || self.tx_pending.load(SeqCst) || self.attention_pending()
+    }
+
+    /// Whether a long message still needs its grants heard (see
+    /// [`Self::need_attention`]); reads the clock only if one was sent.
+    fn attention_pending(&self) -> bool {
+        let until = self.attention_until.load(SeqCst);
+        until != 0 && until > self.now_ns()
     }
 
     /// Whether the socket needs someone's attention when no thread polls.
@@ -968,13 +1004,13 @@ impl Shared {
         self.blocked.load(SeqCst) > 0
             || self.inflight.load(SeqCst) > 0
             || self.tx_pending.load(SeqCst)
-            || self.attention_until.load(SeqCst) > self.now_ns()
+            || self.attention_pending()
     }
 
     /// Called when a thread stops polling: if it was the last and work
     /// remains, make sure the background thread is watching.
-    fn leave_polling(&self) {
-        self.last_app.store(self.now_ns(), Relaxed);
+    fn leave_polling(&self, now: u64) {
+        self.last_app.store(now, Relaxed);
         if self.pollers.fetch_sub(1, SeqCst) == 1
             && self.needs_watch_now()
             && !self.watcher.load(SeqCst)
@@ -1071,25 +1107,32 @@ impl Shared {
         if let Some(v) = check() {
             return Some(v);
         }
-        let start = self.now_ns();
-        let poll_end = deadline.map_or(start + self.poll_ns, |d| d.min(start + self.poll_ns));
         self.pollers.fetch_add(1, SeqCst);
-        let mut first = true;
+        // The polling phase ends `poll_ns` after the first pass (whose
+        // engine time serves as the start: no extra clock read).
+        let mut poll_end = None;
+        let mut now;
         let found = loop {
-            let now = self.drive_once();
+            now = self.drive_once().unwrap_or_else(|| self.now_ns());
             if let Some(v) = check() {
                 break Some(v);
             }
-            if self.shut.load(Acquire)
-                || (!first && now.unwrap_or_else(|| self.now_ns()) >= poll_end)
-            {
+            if self.shut.load(Acquire) {
                 break None;
             }
-            first = false;
+            match poll_end {
+                None => {
+                    let end = now + self.poll_ns;
+                    poll_end = Some(deadline.map_or(end, |d| d.min(end)));
+                }
+                Some(end) if now >= end => break None,
+                Some(_) => {}
+            }
             std::hint::spin_loop();
         };
         if found.is_some() || self.shut.load(Acquire) {
-            self.leave_polling();
+            timetrace::record("poller found result");
+            self.leave_polling(now);
             self.counters.found_polling.fetch_add(1, Relaxed);
             return found;
         }
@@ -1101,7 +1144,7 @@ impl Shared {
         // background thread in between.
         self.blocked.fetch_add(1, SeqCst);
         let mut watching = !self.watcher.load(SeqCst) && !self.watcher.swap(true, SeqCst);
-        self.leave_polling();
+        self.leave_polling(now);
         let r = loop {
             if let Some(v) = check() {
                 break Some(v);

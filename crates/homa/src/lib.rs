@@ -38,6 +38,7 @@ mod error;
 mod message;
 mod socket;
 mod sys;
+pub mod timetrace;
 mod wait;
 
 #[cfg(feature = "tokio")]

@@ -371,6 +371,9 @@ impl RxBatch {
                 std::ptr::null_mut::<libc::timespec>(),
             )
         };
+        if r > 0 {
+            crate::timetrace::record("recvmmsg got");
+        }
         self.dirty = if r > 0 { (r as usize + 1).min(n) } else { 1 };
         let asked = self.vlen;
         if r > 0 {
@@ -558,6 +561,7 @@ impl TxQueue {
             self.build(sock, gso);
             let count = self.groups.len();
             stats.send_calls += 1;
+            crate::timetrace::record("sendmmsg start");
             // SAFETY: headers point into self's scratch and packet buffers,
             // which stay untouched until the call returns.
             let r = unsafe {
@@ -569,6 +573,7 @@ impl TxQueue {
                     0,
                 )
             };
+            crate::timetrace::record("sendmmsg done");
             if r > 0 {
                 for g in 0..r as usize {
                     let (a, b) = self.groups[g];

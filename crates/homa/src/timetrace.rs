@@ -1,0 +1,292 @@
+//! Time traces: cheap timestamped events along the runtime's fast path, for
+//! latency breakdowns in the style of RAMCloud's TimeTrace (seed 001).
+//!
+//! Off by default. When off, a trace point costs one relaxed atomic load and
+//! a branch. When on, each thread appends `(cycle counter, event)` to its own
+//! fixed-size ring (no locks, no allocation after the first event), and
+//! [`collect`] merges every thread's ring in time order. Events are static
+//! strings so recording never formats anything.
+//!
+//! `homa echo-bench --timetrace` prints the mean time between consecutive
+//! events of a round trip, which is how the runtime's overhead was found.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// Events kept per thread; older ones are overwritten.
+const RING: usize = 1 << 16;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static THREADS: Mutex<Vec<Arc<Ring>>> = Mutex::new(Vec::new());
+static CALIBRATION: OnceLock<(u64, Instant)> = OnceLock::new();
+
+struct Ring {
+    thread: String,
+    /// Events written so far (the next slot is `next % RING`).
+    next: AtomicUsize,
+    slots: UnsafeCell<Vec<(u64, &'static str)>>,
+}
+
+// SAFETY: only the owning thread writes `slots`; `collect` reads them after
+// tracing is disabled (a racing write can at worst give a stale entry, and the
+// vector never reallocates after creation).
+unsafe impl Sync for Ring {}
+unsafe impl Send for Ring {}
+
+thread_local! {
+    static LOCAL: OnceLock<Arc<Ring>> = const { OnceLock::new() };
+}
+
+#[inline]
+fn cycles() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc has no preconditions; the TSC is invariant and
+        // synchronised across cores on the machines we run on.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let (_, t0) = *CALIBRATION.get_or_init(|| (0, Instant::now()));
+        t0.elapsed().as_nanos() as u64
+    }
+}
+
+/// Starts (or stops) recording. Starting clears nothing; see [`clear`].
+pub fn enable(on: bool) {
+    CALIBRATION.get_or_init(|| (cycles(), Instant::now()));
+    ENABLED.store(on, Ordering::Release);
+}
+
+/// Whether trace points record.
+#[inline]
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// Records `event` on this thread if tracing is on.
+#[inline]
+pub fn record(event: &'static str) {
+    if enabled() {
+        record_slow(event);
+    }
+}
+
+#[cold]
+fn record_slow(event: &'static str) {
+    let t = cycles();
+    LOCAL.with(|l| {
+        let ring = l.get_or_init(|| {
+            let r = Arc::new(Ring {
+                thread: std::thread::current().name().map_or_else(
+                    || format!("{:?}", std::thread::current().id()),
+                    String::from,
+                ),
+                next: AtomicUsize::new(0),
+                slots: UnsafeCell::new(vec![(0, ""); RING]),
+            });
+            THREADS.lock().unwrap().push(r.clone());
+            r
+        });
+        let i = ring.next.load(Ordering::Relaxed);
+        // SAFETY: this thread is the ring's only writer.
+        unsafe { (&mut *ring.slots.get())[i % RING] = (t, event) };
+        ring.next.store(i + 1, Ordering::Release);
+    });
+}
+
+/// One recorded event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceEvent {
+    /// Nanoseconds since tracing was first enabled.
+    pub ns: f64,
+    pub thread: String,
+    pub event: &'static str,
+}
+
+/// Every thread's retained events, merged in time order. Call after
+/// `enable(false)`.
+pub fn collect() -> Vec<TraceEvent> {
+    let Some(&(c0, t0)) = CALIBRATION.get() else {
+        return Vec::new();
+    };
+    let elapsed = t0.elapsed().as_nanos() as f64;
+    let dc = cycles().saturating_sub(c0).max(1) as f64;
+    let ns_per_cycle = if cfg!(target_arch = "x86_64") {
+        elapsed / dc
+    } else {
+        1.0
+    };
+    let mut out = Vec::new();
+    for ring in THREADS.lock().unwrap().iter() {
+        let n = ring.next.load(Ordering::Acquire);
+        let first = n.saturating_sub(RING);
+        // SAFETY: see `Ring`; entries below `next` were fully written.
+        let slots = unsafe { &*ring.slots.get() };
+        for i in first..n {
+            let (c, e) = slots[i % RING];
+            out.push(TraceEvent {
+                ns: c.saturating_sub(c0) as f64 * ns_per_cycle,
+                thread: ring.thread.clone(),
+                event: e,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.ns.total_cmp(&b.ns));
+    out
+}
+
+/// Forgets every recorded event.
+pub fn clear() {
+    for ring in THREADS.lock().unwrap().iter() {
+        // Only resets the count; the owning thread overwrites from slot 0.
+        ring.next.store(0, Ordering::Release);
+    }
+}
+
+/// Mean time from each event to the next (in merged order), for each
+/// distinct `(thread, event) -> (thread, event)` step, in order of first
+/// appearance: a latency breakdown of a repeated operation.
+pub fn breakdown(events: &[TraceEvent]) -> Vec<(String, f64, usize)> {
+    let mut steps: Vec<(String, f64, usize)> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for w in events.windows(2) {
+        let name = format!(
+            "{}:{} -> {}:{}",
+            w[0].thread, w[0].event, w[1].thread, w[1].event
+        );
+        let i = *index.entry(name.clone()).or_insert_with(|| {
+            steps.push((name, 0.0, 0));
+            steps.len() - 1
+        });
+        steps[i].1 += w[1].ns - w[0].ns;
+        steps[i].2 += 1;
+    }
+    for s in &mut steps {
+        s.1 /= s.2.max(1) as f64;
+    }
+    steps
+}
+
+/// What makes the slowest operations slow. The trace is cut into
+/// operations, each ending at an `end` event; for the slowest `fraction` of
+/// them, the step (as in [`breakdown`]) that exceeded its own mean by the
+/// most is blamed. Returns `(step, operations blamed, mean excess ns)`, most
+/// blamed first, and the duration at the cut-off.
+pub fn tail_steps(
+    events: &[TraceEvent],
+    end: &str,
+    fraction: f64,
+) -> (Vec<(String, usize, f64)>, f64) {
+    let means: std::collections::HashMap<String, f64> = breakdown(events)
+        .into_iter()
+        .map(|(name, mean, _)| (name, mean))
+        .collect();
+    // (duration, worst step, its excess) per operation.
+    let mut ops: Vec<(f64, String, f64)> = Vec::new();
+    let mut start: Option<usize> = None;
+    for (i, e) in events.iter().enumerate() {
+        if e.event != end {
+            continue;
+        }
+        if let Some(s) = start {
+            let mut worst = (String::new(), f64::MIN);
+            for w in events[s..=i].windows(2) {
+                let name = format!(
+                    "{}:{} -> {}:{}",
+                    w[0].thread, w[0].event, w[1].thread, w[1].event
+                );
+                let excess = (w[1].ns - w[0].ns) - means.get(&name).copied().unwrap_or(0.0);
+                if excess > worst.1 {
+                    worst = (name, excess);
+                }
+            }
+            ops.push((events[i].ns - events[s].ns, worst.0, worst.1));
+        }
+        start = Some(i);
+    }
+    if ops.is_empty() {
+        return (Vec::new(), 0.0);
+    }
+    ops.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let n = ((ops.len() as f64 * fraction).ceil() as usize).clamp(1, ops.len());
+    let cutoff = ops[n - 1].0;
+    let mut blamed: Vec<(String, usize, f64)> = Vec::new();
+    for (_, step, excess) in &ops[..n] {
+        match blamed.iter_mut().find(|b| &b.0 == step) {
+            Some(b) => {
+                b.1 += 1;
+                b.2 += excess;
+            }
+            None => blamed.push((step.clone(), 1, *excess)),
+        }
+    }
+    for b in &mut blamed {
+        b.2 /= b.1 as f64;
+    }
+    blamed.sort_by(|a, b| b.1.cmp(&a.1));
+    (blamed, cutoff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_in_order_and_breaks_down() {
+        enable(true);
+        for _ in 0..100 {
+            record("test-a");
+            std::hint::black_box(0);
+            record("test-b");
+        }
+        enable(false);
+        let me = std::thread::current()
+            .name()
+            .map(String::from)
+            .unwrap_or_default();
+        let ev: Vec<_> = collect()
+            .into_iter()
+            .filter(|e| e.event.starts_with("test-") && e.thread == me)
+            .collect();
+        assert!(ev.len() >= 200);
+        assert!(ev.windows(2).all(|w| w[0].ns <= w[1].ns));
+        let b = breakdown(&ev);
+        let step = format!("{me}:test-a -> {me}:test-b");
+        let ab = b.iter().find(|s| s.0 == step).unwrap();
+        assert_eq!(ab.2, 100);
+        assert!(ab.1 >= 0.0 && ab.1 < 1e6);
+    }
+
+    fn ev(ns: f64, event: &'static str) -> TraceEvent {
+        TraceEvent {
+            ns,
+            thread: "t".into(),
+            event,
+        }
+    }
+
+    #[test]
+    fn tail_blames_the_step_that_ran_long() {
+        // Ten operations a -> b -> end; in one of them a -> b takes 100 ns
+        // instead of 10.
+        let mut events = Vec::new();
+        let mut t = 0.0;
+        for i in 0..10 {
+            events.push(ev(t, "a"));
+            t += if i == 7 { 100.0 } else { 10.0 };
+            events.push(ev(t, "b"));
+            t += 5.0;
+            events.push(ev(t, "end"));
+            t += 1.0;
+        }
+        let (blamed, cutoff) = tail_steps(&events, "end", 0.1);
+        assert_eq!(blamed.len(), 1);
+        assert_eq!(blamed[0].0, "t:a -> t:b");
+        assert_eq!(blamed[0].1, 1);
+        assert!(blamed[0].2 > 80.0, "{blamed:?}");
+        assert!(cutoff > 100.0);
+    }
+}

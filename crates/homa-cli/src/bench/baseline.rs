@@ -213,9 +213,132 @@ mod tests {
     }
 
     #[test]
+    fn udp_gso_stream_delivers_bytes() {
+        let (n, secs) = udp_gso_stream(100_000, 1472, 0.05).unwrap();
+        assert!(n >= 1, "{n}");
+        assert!(secs >= 0.05);
+        assert!(udp_gso_stream(100_000, 0, 0.01).is_err());
+    }
+
+    #[test]
     fn tcp_throughput_counts_whole_messages() {
         let (n, secs) = tcp_throughput(50_000, 8, 4, 0.05, Duration::from_micros(20)).unwrap();
         assert!(n >= 4, "{n}");
         assert!(secs >= 0.05);
     }
+}
+
+/// `UDP_SEGMENT` and `UDP_GRO` (linux/udp.h; not in every libc version).
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+
+/// The ceiling for any transport built on UDP sockets: a one-way blast of
+/// `size`-byte messages cut into `segment`-byte datagrams, sent with UDP GSO
+/// (up to 44 segments per call, one iovec) and received with UDP GRO by a
+/// thread that only counts bytes. No protocol, no headers, no flow control:
+/// what the receiver misses is lost and not counted. Returns (messages'
+/// worth of bytes received, seconds).
+pub fn udp_gso_stream(size: usize, segment: usize, secs: f64) -> anyhow::Result<(u64, f64)> {
+    use std::os::fd::AsRawFd;
+    anyhow::ensure!(
+        (1..=MAX_UDP_PAYLOAD).contains(&segment) && size > 0,
+        "bad segment size {segment} or message size {size}"
+    );
+    let rx = UdpSocket::bind("127.0.0.1:0")?;
+    let tx = UdpSocket::bind("127.0.0.1:0")?;
+    let setopt = |fd: i32, level: i32, opt: i32, v: libc::c_int| {
+        // SAFETY: a plain int socket option on a valid socket.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                opt,
+                &v as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        }
+    };
+    // The same buffers Homa asks for (4 MiB; FORCE works as root).
+    for (fd, force, plain) in [
+        (rx.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (tx.as_raw_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        if setopt(fd, libc::SOL_SOCKET, force, 4 << 20) != 0 {
+            setopt(fd, libc::SOL_SOCKET, plain, 4 << 20);
+        }
+    }
+    anyhow::ensure!(
+        setopt(rx.as_raw_fd(), libc::SOL_UDP, UDP_GRO, 1) == 0,
+        "UDP_GRO not supported: {}",
+        std::io::Error::last_os_error()
+    );
+    rx.set_nonblocking(true)?;
+    let dest = rx.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let sink = std::thread::spawn(move || -> u64 {
+        let mut buf = vec![0u8; 65_536];
+        let mut bytes = 0u64;
+        while !st.load(std::sync::atomic::Ordering::Relaxed) {
+            match rx.recv(&mut buf) {
+                Ok(n) => bytes += n as u64,
+                Err(_) => std::hint::spin_loop(),
+            }
+        }
+        // What is already queued also arrived.
+        while let Ok(n) = rx.recv(&mut buf) {
+            bytes += n as u64;
+        }
+        bytes
+    });
+    tx.connect(dest)?;
+    let msg = payload(size, 6);
+    let per_send = (65_000 / segment).clamp(1, 64) * segment;
+    let mut ctrl = [0u64; 4];
+    let start = Instant::now();
+    let limit = Duration::from_secs_f64(secs);
+    let mut send_error = None;
+    'outer: while start.elapsed() < limit {
+        for chunk in msg.chunks(per_send) {
+            let mut iov = libc::iovec {
+                iov_base: chunk.as_ptr() as *mut libc::c_void,
+                iov_len: chunk.len(),
+            };
+            // SAFETY: a zeroed msghdr pointing at one iovec and a control
+            // buffer with room for one u16 cmsg; both outlive the call.
+            let r = unsafe {
+                let mut h: libc::msghdr = std::mem::zeroed();
+                h.msg_iov = &mut iov;
+                h.msg_iovlen = 1;
+                if chunk.len() > segment {
+                    h.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+                    h.msg_controllen = libc::CMSG_SPACE(2) as usize;
+                    let c = libc::CMSG_FIRSTHDR(&h);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, segment as u16);
+                }
+                libc::sendmsg(tx.as_raw_fd(), &h, 0)
+            };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                // ENOBUFS/EAGAIN: the socket buffer is full; the receiver is
+                // behind, which is the point of a blast.
+                if !matches!(e.raw_os_error(), Some(libc::ENOBUFS) | Some(libc::EAGAIN)) {
+                    send_error = Some(e);
+                    break 'outer;
+                }
+            }
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let bytes = sink
+        .join()
+        .map_err(|_| anyhow::anyhow!("UDP sink panicked"))?;
+    if let Some(e) = send_error {
+        return Err(anyhow::anyhow!("UDP GSO send failed: {e}"));
+    }
+    Ok((bytes / size as u64, elapsed))
 }

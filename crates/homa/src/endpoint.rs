@@ -14,7 +14,7 @@ use crate::message::Message;
 use crate::socket::{
     Faults, FlushOutcome, RecvOutcome, RxBatch, SocketOptions, SocketStats, TxQueue, UdpSocket,
 };
-use crate::sys::{ppoll, set_timer_slack_ns, EventFd};
+use crate::sys::{monotonic_ns, ppoll, set_timer_slack_ns, EventFd};
 use crate::timetrace;
 use crate::wait::{Slot, WaitQueue, Waiter};
 use bytes::Bytes;
@@ -26,7 +26,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Receive rounds per drive: bounds how long one thread holds the engine.
 const MAX_RX_ROUNDS: usize = 8;
@@ -95,7 +95,8 @@ pub(crate) struct Shared {
     max_message: usize,
     unsched_bytes: usize,
     link_bps: u64,
-    base: Instant,
+    /// `monotonic_ns()` when the endpoint opened: engine time is relative to it.
+    base_ns: u64,
     poll_ns: u64,
     driver: Mutex<Driver>,
     doorbell: EventFd,
@@ -242,7 +243,7 @@ impl Endpoint {
                 buffer_bytes: cfg.socket_buffer_bytes,
             },
         )?;
-        let base = Instant::now();
+        let base_ns = monotonic_ns();
         let engine = homa_proto::Endpoint::new(engine_cfg.clone(), 0)
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let driver = Driver {
@@ -264,7 +265,7 @@ impl Endpoint {
             link_bps: engine_cfg.link_bps,
             poll_ns: cfg.poll.as_nanos().min(u64::MAX as u128) as u64,
             cfg,
-            base,
+            base_ns,
             driver: Mutex::new(driver),
             doorbell: EventFd::new()?,
             pollers: AtomicUsize::new(0),
@@ -615,7 +616,7 @@ impl Drop for Responder {
 
 impl Shared {
     pub(crate) fn now_ns(&self) -> u64 {
-        self.base.elapsed().as_nanos() as u64
+        monotonic_ns().saturating_sub(self.base_ns)
     }
 
     pub(crate) fn request(
@@ -946,7 +947,11 @@ impl Shared {
         }
         let blocked =
             tx.pending() > 0 && tx.flush(&self.sock, stats, errors) == FlushOutcome::WouldBlock;
-        self.tx_pending.store(blocked, SeqCst);
+        // Written only under the engine lock: skip the fenced store when
+        // nothing changed (the usual case, on every pass).
+        if self.tx_pending.load(Relaxed) != blocked {
+            self.tx_pending.store(blocked, SeqCst);
+        }
     }
 
     /// Publishes what the background thread needs to decide how to sleep,
@@ -958,8 +963,14 @@ impl Shared {
             .engine
             .poll_timeout()
             .map_or(u64::MAX, |t| t.saturating_add(self.coalesce_ns));
-        self.next_deadline.store(next, SeqCst);
-        self.inflight.store(d.rpcs.len(), SeqCst);
+        // Both are written only under the engine lock, so a relaxed read
+        // tells whether the (fenced) store is needed; usually it is not.
+        if self.next_deadline.load(Relaxed) != next {
+            self.next_deadline.store(next, SeqCst);
+        }
+        if self.inflight.load(Relaxed) != d.rpcs.len() {
+            self.inflight.store(d.rpcs.len(), SeqCst);
+        }
         // Whoever runs timers must hear of an earlier deadline: pollers check
         // it every round; the watcher and the background thread sleep.
         if self.pollers.load(SeqCst) > 0 {

@@ -578,3 +578,56 @@ fn dropping_a_request_abandons_it_on_the_server() {
     responder.reply(&b"ok"[..]).unwrap();
     assert_eq!(p2.wait().unwrap().to_vec(), b"ok");
 }
+
+#[test]
+fn protocol_timers_run_while_traffic_never_stops() {
+    // Drives that deliver packets leave due timers to idle passes (so a
+    // timer tick is not paid inside a round trip); they must still run while
+    // the endpoint is kept busy. A request to a socket that never answers
+    // must time out on schedule while the same thread keeps calling a live
+    // server.
+    let (server, workers) = echo_server("127.0.0.1:0", cfg(), 1);
+    let addr = server.local_addr();
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client_cfg = EndpointConfig {
+        engine: homa::EngineConfig {
+            rpc_timeout_ns: 100_000_000,
+            ..EndpointConfig::default().engine
+        },
+        fail_on_unreachable: false,
+        ..cfg()
+    };
+    let client = Endpoint::bind_with("127.0.0.1:0", client_cfg).unwrap();
+    let start = Instant::now();
+    let mut doomed = client
+        .send_request(silent.local_addr().unwrap(), &b"hello?"[..])
+        .unwrap();
+    let mut calls = 0;
+    let outcome = loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the silent peer's RPC never timed out ({calls} calls meanwhile)"
+        );
+        let reply = match client.call(addr, &b"busy"[..]) {
+            Ok(r) => r,
+            Err(e) => panic!(
+                "live call failed after {calls} calls, {:?}: {e}",
+                start.elapsed()
+            ),
+        };
+        assert_eq!(reply.to_vec(), b"busy");
+        calls += 1;
+        if let Some(r) = doomed.try_wait() {
+            break r;
+        }
+    };
+    assert!(matches!(outcome, Err(Error::Timeout)), "{outcome:?}");
+    assert!(calls > 10, "{calls}");
+    // Timed out after the configured 100 ms, not much later.
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    stop(server, workers);
+}

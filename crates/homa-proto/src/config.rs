@@ -163,8 +163,19 @@ impl Config {
     /// Ns to transmit a datagram of `bytes` (UDP payload) at the link rate,
     /// including `packet_overhead_bytes` (at least 1).
     pub fn wire_time_ns(&self, bytes: usize) -> u64 {
-        let wire = bytes as u128 + self.packet_overhead_bytes as u128;
-        ((wire * 8_000_000_000) / self.link_bps.max(1) as u128).max(1) as u64
+        let bps = self.link_bps.max(1);
+        // Once per packet: 64-bit division when the product fits (always,
+        // for real packet sizes), the exact 128-bit one otherwise.
+        let bits_ns = (bytes as u64)
+            .checked_add(self.packet_overhead_bytes as u64)
+            .and_then(|w| w.checked_mul(8_000_000_000));
+        match bits_ns {
+            Some(b) => (b / bps).max(1),
+            None => {
+                let wire = bytes as u128 + self.packet_overhead_bytes as u128;
+                ((wire * 8_000_000_000) / bps as u128).max(1) as u64
+            }
+        }
     }
     pub fn effective_max_nic_queue_ns(&self) -> u64 {
         self.max_nic_queue_ns
@@ -270,6 +281,33 @@ mod tests {
         assert_eq!(c.effective_max_incoming(), 8 * 62_500);
         // One full packet on the wire (1472 + 66 bytes) at 25 Gbps.
         assert_eq!(c.effective_max_nic_queue_ns(), 492);
+    }
+
+    #[test]
+    fn wire_time_matches_the_exact_formula() {
+        let exact = |c: &Config, bytes: usize| {
+            let wire = bytes as u128 + c.packet_overhead_bytes as u128;
+            ((wire * 8_000_000_000) / c.link_bps.max(1) as u128).max(1) as u64
+        };
+        for link_bps in [
+            1_000_000,
+            10_000_000_000,
+            25_000_000_000,
+            400_000_000_000,
+            u64::MAX,
+        ] {
+            let c = Config {
+                link_bps,
+                ..Config::default()
+            };
+            for bytes in [0, 1, 100, 1472, 65_000, 1 << 40, usize::MAX / 2, usize::MAX] {
+                assert_eq!(
+                    c.wire_time_ns(bytes),
+                    exact(&c, bytes),
+                    "{link_bps} {bytes}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use crate::config::{Config, ConfigError};
 use crate::metrics::{DropReason, Metrics};
-use crate::peer::{Peer, PeerAddr};
+use crate::peer::{Peer, PeerKey, Peers, ServerKey};
 use crate::pool::{Message, Pool};
 use crate::rpc::{OutMsg, Rpc, RpcKey, RpcState};
 use crate::srpt::SrptQueue;
@@ -103,6 +103,15 @@ pub(crate) const MAX_CONTROL_QUEUE: usize = 1 << 16;
 /// Most tombstones kept at once.
 const MAX_TOMBSTONES: usize = 1 << 16;
 
+/// What `server_ids` holds for a server RPC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ServerEntry {
+    Live(RpcKey),
+    /// Finished (answered and acknowledged, abandoned, or timed out after
+    /// running): refuse its request until this time.
+    Tomb(Time),
+}
+
 /// A control packet waiting to be sent.
 pub(crate) struct Control {
     pub dest: SocketAddr,
@@ -155,18 +164,23 @@ pub struct Endpoint {
     // that reaches an output, so their random iteration order cannot make
     // the engine non-deterministic.
     pub(crate) client_ids: HashMap<u64, RpcKey>,
-    pub(crate) server_ids: HashMap<(PeerAddr, u64), RpcKey>,
+    /// Server RPCs, live or finished (tombstones) in one table, so that the
+    /// lookup a request's DATA packet needs anyway also finds its tombstone,
+    /// and finishing an RPC rewrites its entry in place.
+    pub(crate) server_ids: HashMap<ServerKey, ServerEntry>,
     pub(crate) server_rpc_count: usize,
-    pub(crate) peers: HashMap<PeerAddr, Peer>,
-    pub(crate) tombstones: HashMap<(PeerAddr, u64), Time>,
-    pub(crate) tombstone_queue: VecDeque<(Time, SocketAddr, u64)>,
+    pub(crate) peers: Peers,
+    pub(crate) tombstone_count: usize,
+    /// Tombstones in expiry order; an entry whose tombstone was refreshed
+    /// since (its expiry no longer matches) is skipped.
+    pub(crate) tombstone_queue: VecDeque<(Time, ServerKey)>,
     pub(crate) next_id: u64,
     pub(crate) next_birth: u64,
 
     // Sender side (outgoing.rs).
     /// Messages with bytes to send for the first time: (remaining, birth, key).
     pub(crate) sendable: SrptQueue,
-    pub(crate) sendable_by_age: BTreeSet<(u64, RpcKey)>,
+    pub(crate) sendable_by_age: SrptQueue<(u64, RpcKey)>,
     pub(crate) retx_queue: VecDeque<RpcKey>,
     pub(crate) control: VecDeque<Control>,
     /// Estimated time at which the NIC's transmit queue drains.
@@ -176,7 +190,7 @@ pub struct Endpoint {
     // Receiver side (incoming.rs).
     /// Messages that need grants: (remaining, birth, key).
     pub(crate) grantable: SrptQueue,
-    pub(crate) grantable_by_age: BTreeSet<(u64, RpcKey)>,
+    pub(crate) grantable_by_age: SrptQueue<(u64, RpcKey)>,
     /// Sum over incoming messages of granted-but-not-received bytes.
     pub(crate) incoming_total: u64,
     pub(crate) grant_fifo_credit: u64,
@@ -233,19 +247,19 @@ impl Endpoint {
             client_ids: HashMap::default(),
             server_ids: HashMap::default(),
             server_rpc_count: 0,
-            peers: HashMap::default(),
-            tombstones: HashMap::default(),
+            peers: Peers::default(),
+            tombstone_count: 0,
             tombstone_queue: VecDeque::new(),
             next_id: splitmix64(config.rpc_id_seed).max(1),
             next_birth: 0,
             sendable: SrptQueue::default(),
-            sendable_by_age: BTreeSet::new(),
+            sendable_by_age: SrptQueue::default(),
             retx_queue: VecDeque::new(),
             control: VecDeque::new(),
             nic_idle_at: now,
             pacer_fifo_credit: 0,
             grantable: SrptQueue::default(),
-            grantable_by_age: BTreeSet::new(),
+            grantable_by_age: SrptQueue::default(),
             incoming_total: 0,
             grant_fifo_credit: 0,
             pool_waiters: BTreeSet::new(),
@@ -273,9 +287,9 @@ impl Endpoint {
     pub fn stats(&self) -> EndpointStats {
         EndpointStats {
             client_rpcs: self.client_ids.len(),
-            server_rpcs: self.server_ids.len(),
+            server_rpcs: self.server_rpc_count,
             peers: self.peers.len(),
-            tombstones: self.tombstones.len(),
+            tombstones: self.tombstone_count,
             pool_bpages_in_use: self.pool.bpages_in_use(),
             pool_empty: self.pool.is_empty(),
             granted_messages: self
@@ -293,13 +307,14 @@ impl Endpoint {
 
     /// Smallest round-trip time measured to `peer`, if any.
     pub fn peer_rtt_min(&self, peer: SocketAddr) -> Option<u64> {
-        self.peers.get(&PeerAddr(peer)).and_then(|p| p.rtt_min)
+        let key = self.peers.find(peer)?;
+        self.peers[key].rtt_min
     }
 
     /// True when the endpoint has no RPCs and nothing to transmit.
     pub fn is_idle(&self) -> bool {
         self.client_ids.is_empty()
-            && self.server_ids.is_empty()
+            && self.server_rpc_count == 0
             && self.control.is_empty()
             && self.events.is_empty()
     }
@@ -328,13 +343,13 @@ impl Endpoint {
         if self.client_ids.len() >= self.config.max_client_rpcs {
             return Err(SendError::TooManyRpcs(self.config.max_client_rpcs));
         }
-        if !self.ensure_peer(now, dest) {
+        let Some(pk) = self.ensure_peer(now, dest) else {
             return Err(SendError::TooManyPeers(self.config.max_peers));
-        }
+        };
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        let unsched_priority = self.peers[&PeerAddr(dest)].unsched_priority(request.len() as u32);
-        let key = self.insert_rpc(now, true, id, dest, RpcState::ClientActive);
+        let unsched_priority = self.peers[pk].unsched_priority(request.len() as u32);
+        let key = self.insert_rpc(now, true, id, dest, pk, RpcState::ClientActive);
         self.rpc(key).out = Some(OutMsg::new(request, self.unsched_bytes, unsched_priority));
         self.client_ids.insert(id, key);
         self.requeue_out(key);
@@ -358,16 +373,11 @@ impl Endpoint {
                 max: self.config.max_message_length,
             });
         }
-        let key = match self.server_ids.get(&(PeerAddr(rpc.peer), rpc.id)) {
-            Some(&k) => k,
-            None => return Err(SendError::UnknownRpc),
+        let Some(key) = self.server_rpc(rpc) else {
+            return Err(SendError::UnknownRpc);
         };
-        let unsched_priority = self
-            .peers
-            .get(&PeerAddr(rpc.peer))
-            .map_or(self.top_priority, |p| {
-                p.unsched_priority(response.len() as u32)
-            });
+        let pk = self.rpcs[key as usize].as_ref().unwrap().peer_key;
+        let unsched_priority = self.peers[pk].unsched_priority(response.len() as u32);
         let r = self.rpcs[key as usize].as_mut().unwrap();
         if r.state != RpcState::ServerInService {
             return Err(SendError::UnknownRpc);
@@ -386,10 +396,19 @@ impl Endpoint {
     /// unknown (and, if it restarts it, the request is refused for
     /// `tombstone_ns`). Unknown or already answered RPCs are ignored.
     pub fn abandon(&mut self, rpc: ServerRpc) {
-        if let Some(&key) = self.server_ids.get(&(PeerAddr(rpc.peer), rpc.id)) {
+        if let Some(key) = self.server_rpc(rpc) {
             if self.rpcs[key as usize].as_ref().unwrap().state == RpcState::ServerInService {
                 self.free_rpc(self.last_now, key);
             }
+        }
+    }
+
+    /// The live server RPC an application handle stands for.
+    fn server_rpc(&self, rpc: ServerRpc) -> Option<RpcKey> {
+        let peer = self.peers.find(rpc.peer)?;
+        match self.server_ids.get(&ServerKey { peer, id: rpc.id })? {
+            ServerEntry::Live(k) => Some(*k),
+            ServerEntry::Tomb(_) => None,
         }
     }
 
@@ -444,15 +463,19 @@ impl Endpoint {
         };
         self.metrics.packets_received[decoded.packet.packet_type().index()] += 1;
         let c = decoded.common;
-        if let Some(peer) = self.peers.get_mut(&PeerAddr(from)) {
-            peer.observe(now, c.send_time, c.echo_time);
+        // The one address lookup per packet; everything after uses the key.
+        let pk = self.peers.find(from);
+        if let Some(pk) = pk {
+            self.peers[pk].observe(now, c.send_time, c.echo_time);
         }
         match decoded.packet {
-            Packet::Data { header, payload } => self.handle_data(now, from, &c, &header, payload),
-            Packet::Grant(g) => self.handle_grant(now, from, &c, g),
-            Packet::Resend(r) => self.handle_resend(now, from, &c, r),
-            Packet::RpcUnknown => self.handle_rpc_unknown(now, from, &c),
-            Packet::Busy => match self.lookup(from, &c) {
+            Packet::Data { header, payload } => {
+                self.handle_data(now, from, pk, &c, &header, payload)
+            }
+            Packet::Grant(g) => self.handle_grant(now, pk, &c, g),
+            Packet::Resend(r) => self.handle_resend(now, from, pk, &c, r),
+            Packet::RpcUnknown => self.handle_rpc_unknown(now, pk, &c),
+            Packet::Busy => match self.lookup(pk, &c) {
                 Some(key) => {
                     let rpc = self.rpc(key);
                     rpc.last_heard = now;
@@ -460,8 +483,9 @@ impl Endpoint {
                 }
                 None => self.metrics.drop(DropReason::UnknownRpc),
             },
-            Packet::Cutoffs(cut) => match self.peers.get_mut(&PeerAddr(from)) {
-                Some(peer) => {
+            Packet::Cutoffs(cut) => match pk {
+                Some(pk) => {
+                    let peer = &mut self.peers[pk];
                     // Versions only move forward (modulo wrap-around), so a
                     // reordered older CUTOFFS cannot undo a newer one.
                     if peer.cutoff_version == 0
@@ -473,14 +497,16 @@ impl Endpoint {
                 }
                 None => self.metrics.drop(DropReason::UnknownRpc),
             },
-            Packet::NeedAck => self.handle_need_ack(now, from, &c),
+            Packet::NeedAck => self.handle_need_ack(now, from, pk, &c),
             Packet::Ack(ids) => {
                 if !c.from_client {
                     self.metrics.drop(DropReason::WrongState);
                     return;
                 }
-                for id in ids.iter() {
-                    self.handle_ack_id(now, from, id);
+                if let Some(pk) = pk {
+                    for id in ids.iter() {
+                        self.handle_ack_id(now, pk, id);
+                    }
                 }
             }
         }
@@ -498,14 +524,21 @@ impl Endpoint {
         (t != Time::MAX).then_some(t)
     }
 
-    /// The RPC a packet from `from` refers to, by direction.
-    pub(crate) fn lookup(&self, from: SocketAddr, c: &CommonHeader) -> Option<RpcKey> {
+    /// The RPC a packet from peer `pk` refers to, by direction (a sender we
+    /// have no peer entry for has no RPCs here).
+    pub(crate) fn lookup(&self, pk: Option<PeerKey>, c: &CommonHeader) -> Option<RpcKey> {
+        let pk = pk?;
         if c.from_client {
-            self.server_ids.get(&(PeerAddr(from), c.rpc_id)).copied()
+            match self.server_ids.get(&ServerKey {
+                peer: pk,
+                id: c.rpc_id,
+            })? {
+                ServerEntry::Live(k) => Some(*k),
+                ServerEntry::Tomb(_) => None,
+            }
         } else {
             let key = *self.client_ids.get(&c.rpc_id)?;
-            (PeerAddr(self.rpcs[key as usize].as_ref().unwrap().peer) == PeerAddr(from))
-                .then_some(key)
+            (self.rpcs[key as usize].as_ref().unwrap().peer_key == pk).then_some(key)
         }
     }
 
@@ -514,33 +547,32 @@ impl Endpoint {
     }
 
     /// Makes sure a peer entry exists, evicting an idle one if the table is
-    /// full. False if no room can be made.
-    pub(crate) fn ensure_peer(&mut self, now: Time, addr: SocketAddr) -> bool {
-        if self.peers.contains_key(&PeerAddr(addr)) {
-            return true;
+    /// full; returns its key. None if no room can be made.
+    pub(crate) fn ensure_peer(&mut self, now: Time, addr: SocketAddr) -> Option<PeerKey> {
+        if let Some(pk) = self.peers.find(addr) {
+            return Some(pk);
         }
         if self.peers.len() >= self.config.max_peers {
             // Evict the least recently active idle peers, an eighth of the
             // table at a time, so that a flood of new addresses costs one scan
-            // per many insertions rather than one per packet.
-            let mut idle: Vec<(Time, SocketAddr)> = self
+            // per many insertions rather than one per packet. A peer with
+            // tombstones is not idle: they must outlive it.
+            let mut idle: Vec<(Time, SocketAddr, PeerKey)> = self
                 .peers
                 .iter()
-                .filter(|(_, p)| p.rpcs == 0)
-                .map(|(a, p)| (p.last_active, a.0))
+                .filter(|(_, p)| p.unreferenced())
+                .map(|(k, p)| (p.last_active, p.addr, k))
                 .collect();
             if idle.is_empty() {
-                return false;
+                return None;
             }
             let batch = (self.config.max_peers / 8).clamp(1, idle.len());
             idle.select_nth_unstable(batch - 1);
-            for (_, a) in &idle[..batch] {
-                self.peers.remove(&PeerAddr(*a));
+            for &(_, _, k) in &idle[..batch] {
+                self.peers.remove(k);
             }
         }
-        self.peers
-            .insert(PeerAddr(addr), Peer::new(self.my_cutoffs, now));
-        true
+        Some(self.peers.insert(Peer::new(addr, self.my_cutoffs, now)))
     }
 
     pub(crate) fn insert_rpc(
@@ -549,6 +581,7 @@ impl Endpoint {
         is_client: bool,
         id: u64,
         peer: SocketAddr,
+        peer_key: PeerKey,
         state: RpcState,
     ) -> RpcKey {
         let birth = self.next_birth;
@@ -557,6 +590,7 @@ impl Endpoint {
             is_client,
             id,
             peer,
+            peer_key,
             state,
             birth,
             out: None,
@@ -576,7 +610,7 @@ impl Endpoint {
                 (self.rpcs.len() - 1) as RpcKey
             }
         };
-        let p = self.peers.get_mut(&PeerAddr(peer)).expect("peer exists");
+        let p = &mut self.peers[peer_key];
         p.rpcs += 1;
         p.last_active = now;
         if !is_client {
@@ -596,58 +630,83 @@ impl Endpoint {
         if rpc.is_client {
             self.client_ids.remove(&rpc.id);
         } else {
-            self.server_ids.remove(&(PeerAddr(rpc.peer), rpc.id));
             self.server_rpc_count -= 1;
+            let sk = ServerKey {
+                peer: rpc.peer_key,
+                id: rpc.id,
+            };
             // Only an executed request needs protection from being run again.
-            if rpc.state != RpcState::ServerReceiving {
-                self.add_tombstone(now, rpc.peer, rpc.id);
+            if rpc.state == RpcState::ServerReceiving || !self.tombstones_on() {
+                self.server_ids.remove(&sk);
+            } else {
+                self.set_tombstone(now, sk);
             }
         }
-        if let Some(p) = self.peers.get_mut(&PeerAddr(rpc.peer)) {
-            p.rpcs -= 1;
-            if !rpc.is_client {
-                p.server_rpcs -= 1;
-            }
-            p.last_active = now;
+        let p = &mut self.peers[rpc.peer_key];
+        p.rpcs -= 1;
+        if !rpc.is_client {
+            p.server_rpcs -= 1;
         }
+        p.last_active = now;
         self.update_grants(now);
     }
 
-    fn add_tombstone(&mut self, now: Time, peer: SocketAddr, id: u64) {
-        if self.shut_down || self.config.tombstone_ns == 0 {
-            return;
-        }
+    fn tombstones_on(&self) -> bool {
+        !self.shut_down && self.config.tombstone_ns > 0
+    }
+
+    /// Makes `sk` a tombstone expiring `tombstone_ns` from now: a server RPC
+    /// just finished (its entry is `Live`), or a tombstone was hit again.
+    fn set_tombstone(&mut self, now: Time, sk: ServerKey) {
         while self.tombstone_queue.len() >= MAX_TOMBSTONES {
-            let (_, p, i) = self.tombstone_queue.pop_front().unwrap();
-            self.tombstones.remove(&(PeerAddr(p), i));
+            let (t, old) = self.tombstone_queue.pop_front().unwrap();
+            self.remove_tombstone(old, t);
         }
         let expiry = now.saturating_add(self.config.tombstone_ns);
-        // Re-inserting refreshes the expiry; the older queue entry then no
-        // longer matches and is skipped when it comes up.
-        self.tombstones.insert((PeerAddr(peer), id), expiry);
-        self.tombstone_queue.push_back((expiry, peer, id));
+        // Refreshing a tombstone leaves its older queue entry behind; that
+        // entry no longer matches the expiry and is skipped when it comes up.
+        let slot = self.server_ids.entry(sk).or_insert(ServerEntry::Live(0));
+        if !matches!(slot, ServerEntry::Tomb(_)) {
+            self.tombstone_count += 1;
+            self.peers[sk.peer].tombstones += 1;
+        }
+        *slot = ServerEntry::Tomb(expiry);
+        self.tombstone_queue.push_back((expiry, sk));
+    }
+
+    /// Drops `sk`'s tombstone if it still expires at `expiry`.
+    fn remove_tombstone(&mut self, sk: ServerKey, expiry: Time) {
+        if self.server_ids.get(&sk) == Some(&ServerEntry::Tomb(expiry)) {
+            self.server_ids.remove(&sk);
+            self.tombstone_count -= 1;
+            self.peers[sk.peer].tombstones -= 1;
+        }
     }
 
     /// Whether `(peer, id)` is a finished server RPC; if so its tombstone
     /// lives on, so that a client that keeps asking (e.g. after `abandon`)
     /// keeps being refused rather than having the request run again.
-    pub(crate) fn hit_tombstone(&mut self, now: Time, peer: SocketAddr, id: u64) -> bool {
-        if !self.tombstones.contains_key(&(PeerAddr(peer), id)) {
+    pub(crate) fn hit_tombstone(&mut self, now: Time, peer: Option<PeerKey>, id: u64) -> bool {
+        let Some(peer) = peer else {
+            return false;
+        };
+        let sk = ServerKey { peer, id };
+        if !matches!(self.server_ids.get(&sk), Some(ServerEntry::Tomb(_))) {
             return false;
         }
-        self.add_tombstone(now, peer, id);
+        if self.tombstones_on() {
+            self.set_tombstone(now, sk);
+        }
         true
     }
 
     pub(crate) fn expire_tombstones(&mut self, now: Time) {
-        while let Some(&(t, p, i)) = self.tombstone_queue.front() {
+        while let Some(&(t, sk)) = self.tombstone_queue.front() {
             if t > now {
                 break;
             }
             self.tombstone_queue.pop_front();
-            if self.tombstones.get(&(PeerAddr(p), i)) == Some(&t) {
-                self.tombstones.remove(&(PeerAddr(p), i));
-            }
+            self.remove_tombstone(sk, t);
         }
     }
 
@@ -671,8 +730,8 @@ impl Endpoint {
         self.queue_control(c);
     }
 
-    fn handle_rpc_unknown(&mut self, now: Time, from: SocketAddr, c: &CommonHeader) {
-        let Some(key) = self.lookup(from, c) else {
+    fn handle_rpc_unknown(&mut self, now: Time, pk: Option<PeerKey>, c: &CommonHeader) {
+        let Some(key) = self.lookup(pk, c) else {
             self.metrics.drop(DropReason::UnknownRpc);
             return;
         };
@@ -696,17 +755,24 @@ impl Endpoint {
         self.requeue_out(key);
     }
 
-    fn handle_need_ack(&mut self, now: Time, from: SocketAddr, c: &CommonHeader) {
+    fn handle_need_ack(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        pk: Option<PeerKey>,
+        c: &CommonHeader,
+    ) {
         if c.from_client {
             self.metrics.drop(DropReason::WrongState);
             return;
         }
-        if self.lookup(from, c).is_some() {
+        if self.lookup(pk, c).is_some() {
             // Still receiving the response; our RESENDs will sort it out.
             return;
         }
         let mut ids = vec![c.rpc_id];
-        if let Some(peer) = self.peers.get_mut(&PeerAddr(from)) {
+        if let Some(pk) = pk {
+            let peer = &mut self.peers[pk];
             while ids.len() < MAX_ACKS_PER_PACKET {
                 match peer.pending_acks.pop() {
                     Some(id) if id != c.rpc_id => ids.push(id),
@@ -725,8 +791,8 @@ impl Endpoint {
     }
 
     /// The client acknowledged RPC `id`: drop its server state.
-    pub(crate) fn handle_ack_id(&mut self, now: Time, from: SocketAddr, id: u64) {
-        if let Some(&key) = self.server_ids.get(&(PeerAddr(from), id)) {
+    pub(crate) fn handle_ack_id(&mut self, now: Time, pk: PeerKey, id: u64) {
+        if let Some(&ServerEntry::Live(key)) = self.server_ids.get(&ServerKey { peer: pk, id }) {
             if self.rpcs[key as usize].as_ref().unwrap().state == RpcState::ServerResponding {
                 self.metrics.acks_processed += 1;
                 self.free_rpc(now, key);
@@ -734,31 +800,23 @@ impl Endpoint {
         }
     }
 
-    /// Builds a packet header to `dest`, with timestamps.
-    pub(crate) fn common(
-        &self,
-        now: Time,
-        dest: SocketAddr,
-        rpc_id: u64,
-        from_client: bool,
-    ) -> CommonHeader {
-        CommonHeader {
-            from_client,
-            retransmit: false,
-            rpc_id,
-            send_time: now.max(1),
-            echo_time: self.peers.get(&PeerAddr(dest)).map_or(0, |p| p.echo_time),
-        }
-    }
-
-    /// Encodes a control packet into `buf`.
+    /// Encodes a control packet into `buf`; `pk` is the destination's peer
+    /// key if known (else it is looked up, for the echoed timestamp).
     pub(crate) fn encode_control(
         &self,
         now: Time,
         c: &Control,
+        pk: Option<PeerKey>,
         buf: &mut Vec<u8>,
     ) -> wire::PacketType {
-        let common = self.common(now, c.dest, c.rpc_id, c.from_client);
+        let pk = pk.or_else(|| self.peers.find(c.dest));
+        let common = CommonHeader {
+            from_client: c.from_client,
+            retransmit: false,
+            rpc_id: c.rpc_id,
+            send_time: now.max(1),
+            echo_time: pk.map_or(0, |k| self.peers[k].echo_time),
+        };
         let cut;
         let body = match &c.body {
             ControlBody::Grant { offset, priority } => Body::Grant(wire::Grant {

@@ -1,9 +1,11 @@
 //! Receiver side: DATA packets, pool reservation, delivery, and grants (SRPT
 //! with controlled overcommitment and rank-based scheduled priorities).
 
-use crate::endpoint::{Control, ControlBody, Endpoint, Event, RpcError, RpcId, ServerRpc, Time};
+use crate::endpoint::{
+    Control, ControlBody, Endpoint, Event, RpcError, RpcId, ServerEntry, ServerRpc, Time,
+};
 use crate::metrics::DropReason;
-use crate::peer::PeerAddr;
+use crate::peer::{PeerKey, ServerKey};
 use crate::rpc::{InMsg, RpcKey, RpcState};
 use crate::wire::{CommonHeader, DataHeader, MAX_ACKS_PER_PACKET};
 use std::net::SocketAddr;
@@ -13,6 +15,7 @@ impl Endpoint {
         &mut self,
         now: Time,
         from: SocketAddr,
+        pk: Option<PeerKey>,
         c: &CommonHeader,
         h: &DataHeader,
         payload: &[u8],
@@ -20,18 +23,29 @@ impl Endpoint {
         // A piggybacked ACK counts even if this packet itself is refused: the
         // client has already let go of it.
         if c.from_client && h.ack != 0 && h.ack != c.rpc_id {
-            self.handle_ack_id(now, from, h.ack);
+            if let Some(pk) = pk {
+                self.handle_ack_id(now, pk, h.ack);
+            }
         }
         let key = if c.from_client {
-            match self.server_ids.get(&(PeerAddr(from), c.rpc_id)) {
-                Some(&k) => k,
-                None => match self.new_server_rpc(now, from, c, h) {
+            let entry = pk.and_then(|peer| {
+                let sk = ServerKey { peer, id: c.rpc_id };
+                self.server_ids.get(&sk).copied()
+            });
+            match entry {
+                Some(ServerEntry::Live(k)) => k,
+                Some(ServerEntry::Tomb(_)) => {
+                    self.hit_tombstone(now, pk, c.rpc_id);
+                    self.metrics.drop(DropReason::Tombstone);
+                    return;
+                }
+                None => match self.new_server_rpc(now, from, pk, c, h) {
                     Some(k) => k,
                     None => return,
                 },
             }
         } else {
-            match self.lookup(from, c) {
+            match self.lookup(pk, c) {
                 Some(k) => k,
                 None => {
                     self.metrics.drop(DropReason::UnknownRpc);
@@ -40,7 +54,8 @@ impl Endpoint {
             }
         };
         if h.cutoff_version != self.config.cutoff_version {
-            self.maybe_send_cutoffs(now, from, c);
+            let pk = self.rpcs[key as usize].as_ref().unwrap().peer_key;
+            self.maybe_send_cutoffs(now, from, pk, c);
         }
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
         rpc.heard(now);
@@ -149,46 +164,53 @@ impl Endpoint {
         }
     }
 
-    /// Creates a server RPC for the first DATA packet of a request, within the
-    /// limits. None (and a counted drop) if the packet must be ignored.
+    /// Creates a server RPC for the first DATA packet of a request (which
+    /// has neither an RPC nor a tombstone here), within the limits. None (and
+    /// a counted drop) if the packet must be ignored.
     fn new_server_rpc(
         &mut self,
         now: Time,
         from: SocketAddr,
+        known: Option<PeerKey>,
         c: &CommonHeader,
         h: &DataHeader,
     ) -> Option<RpcKey> {
-        let reason = if self.hit_tombstone(now, from, c.rpc_id) {
-            Some(DropReason::Tombstone)
-        } else if h.message_length > self.config.max_message_length {
+        let mut pk = None;
+        let reason = if h.message_length > self.config.max_message_length {
             Some(DropReason::MessageTooLong)
         } else if self.server_rpc_count >= self.config.max_server_rpcs {
             Some(DropReason::TooManyRpcs)
-        } else if !self.ensure_peer(now, from) {
-            Some(DropReason::TooManyPeers)
-        } else if self.peers[&PeerAddr(from)].server_rpcs >= self.config.max_server_rpcs_per_peer {
-            Some(DropReason::TooManyRpcs)
         } else {
-            None
+            pk = known.or_else(|| self.ensure_peer(now, from));
+            match pk {
+                None => Some(DropReason::TooManyPeers),
+                Some(k) if self.peers[k].server_rpcs >= self.config.max_server_rpcs_per_peer => {
+                    Some(DropReason::TooManyRpcs)
+                }
+                Some(_) => None,
+            }
         };
         if let Some(r) = reason {
             self.metrics.drop(r);
             return None;
         }
-        let peer = self.peers.get_mut(&PeerAddr(from)).unwrap();
+        let pk = pk.unwrap();
+        let peer = &mut self.peers[pk];
         if peer.echo_time == 0 {
             peer.observe(now, c.send_time, c.echo_time);
         }
-        let key = self.insert_rpc(now, false, c.rpc_id, from, RpcState::ServerReceiving);
-        self.server_ids.insert((PeerAddr(from), c.rpc_id), key);
+        let key = self.insert_rpc(now, false, c.rpc_id, from, pk, RpcState::ServerReceiving);
+        let sk = ServerKey {
+            peer: pk,
+            id: c.rpc_id,
+        };
+        self.server_ids.insert(sk, ServerEntry::Live(key));
         Some(key)
     }
 
-    fn maybe_send_cutoffs(&mut self, now: Time, from: SocketAddr, c: &CommonHeader) {
+    fn maybe_send_cutoffs(&mut self, now: Time, from: SocketAddr, pk: PeerKey, c: &CommonHeader) {
         let interval = self.config.resend_interval_ns;
-        let Some(peer) = self.peers.get_mut(&PeerAddr(from)) else {
-            return;
-        };
+        let peer = &mut self.peers[pk];
         if peer.cutoffs_sent_at.is_some_and(|t| now < t + interval) {
             return;
         }
@@ -259,14 +281,17 @@ impl Endpoint {
         self.incoming_total -= inc.outstanding();
         let message = self.pool.into_message(inc.alloc.unwrap());
         if rpc.is_client {
-            let (id, peer) = (rpc.id, rpc.peer);
+            let (id, peer, pk) = (rpc.id, rpc.peer, rpc.peer_key);
             self.events.push_back(Event::Response {
                 id: RpcId(id),
                 message,
             });
             self.metrics.responses_delivered += 1;
             self.free_rpc(now, key);
-            if let Some(p) = self.peers.get_mut(&PeerAddr(peer)) {
+            // The peer outlives the RPC: only the timer or a full table
+            // evicts peers, never `free_rpc`.
+            {
+                let p = &mut self.peers[pk];
                 p.pending_acks.push(id);
                 if p.pending_acks.len() >= MAX_ACKS_PER_PACKET {
                     let ids = std::mem::take(&mut p.pending_acks);

@@ -3,7 +3,7 @@
 
 use crate::endpoint::{ControlBody, Endpoint, Time, Transmit};
 use crate::metrics::DropReason;
-use crate::peer::PeerAddr;
+use crate::peer::PeerKey;
 use crate::rpc::RpcKey;
 use crate::wire::{self, Body, CommonHeader, DataHeader, PacketType};
 use std::net::SocketAddr;
@@ -47,17 +47,18 @@ impl Endpoint {
     pub fn poll_transmit(&mut self, now: Time, buf: &mut Vec<u8>) -> Option<Transmit> {
         buf.clear();
         while let Some(mut c) = self.control.pop_front() {
+            let mut pk = None;
             if let ControlBody::GrantFor(key) = c.body {
                 match self.resolve_grant(key, &c) {
-                    Some(body) => c.body = body,
+                    Some((body, k)) => (c.body, pk) = (body, Some(k)),
                     None => continue,
                 }
                 self.metrics.grants_sent += 1;
             }
-            let ptype = self.encode_control(now, &c, buf);
+            let ptype = self.encode_control(now, &c, pk, buf);
             if let ControlBody::Cutoffs = c.body {
-                if let Some(p) = self.peers.get_mut(&PeerAddr(c.dest)) {
-                    p.cutoffs_sent_at = Some(now);
+                if let Some(k) = self.peers.find(c.dest) {
+                    self.peers[k].cutoffs_sent_at = Some(now);
                 }
             }
             let priority = self.top_priority;
@@ -109,9 +110,14 @@ impl Endpoint {
         Some(t)
     }
 
-    /// The GRANT a queued `GrantFor(key)` stands for now, if its message is
-    /// still there (the slot may have been freed, or reused by another RPC).
-    fn resolve_grant(&mut self, key: RpcKey, c: &crate::endpoint::Control) -> Option<ControlBody> {
+    /// The GRANT a queued `GrantFor(key)` stands for now, and the peer's key,
+    /// if its message is still there (the slot may have been freed, or reused
+    /// by another RPC).
+    fn resolve_grant(
+        &mut self,
+        key: RpcKey,
+        c: &crate::endpoint::Control,
+    ) -> Option<(ControlBody, PeerKey)> {
         let rpc = self.rpcs.get_mut(key as usize)?.as_mut()?;
         if rpc.id != c.rpc_id || rpc.peer != c.dest || rpc.is_client != c.from_client {
             return None;
@@ -121,10 +127,11 @@ impl Endpoint {
             return None;
         }
         inc.grant_queued = false;
-        Some(ControlBody::Grant {
+        let body = ControlBody::Grant {
             offset: inc.granted,
             priority: inc.priority,
-        })
+        };
+        Some((body, rpc.peer_key))
     }
 
     /// Updates counters and the NIC queue model for a packet about to leave.
@@ -167,19 +174,13 @@ impl Endpoint {
             out.sched_priority
         });
         let (dest, is_client, id) = (rpc.peer, rpc.is_client, rpc.id);
-        let peer = self.peers.get_mut(&PeerAddr(dest));
-        let (echo_time, cutoff_version, ack) = match peer {
-            Some(p) => (
-                p.echo_time,
-                p.cutoff_version,
-                if is_client {
-                    p.pending_acks.pop().unwrap_or(0)
-                } else {
-                    0
-                },
-            ),
-            None => (0, 0, 0),
+        let p = &mut self.peers[rpc.peer_key];
+        let ack = if is_client {
+            p.pending_acks.pop().unwrap_or(0)
+        } else {
+            0
         };
+        let (echo_time, cutoff_version) = (p.echo_time, p.cutoff_version);
         let common = CommonHeader {
             from_client: is_client,
             retransmit,
@@ -270,11 +271,11 @@ impl Endpoint {
     pub(crate) fn handle_grant(
         &mut self,
         now: Time,
-        from: SocketAddr,
+        pk: Option<PeerKey>,
         c: &CommonHeader,
         g: wire::Grant,
     ) {
-        let Some(key) = self.lookup(from, c) else {
+        let Some(key) = self.lookup(pk, c) else {
             self.metrics.drop(DropReason::UnknownRpc);
             return;
         };
@@ -293,7 +294,11 @@ impl Endpoint {
         let new = g.offset.min(out.len);
         if new > out.granted {
             out.granted = new;
-            self.requeue_out(key);
+            // A queued message keeps its SRPT entry: a grant does not change
+            // its remaining bytes.
+            if out.queued.is_none() {
+                self.requeue_out(key);
+            }
         }
     }
 
@@ -301,11 +306,12 @@ impl Endpoint {
         &mut self,
         now: Time,
         from: SocketAddr,
+        pk: Option<PeerKey>,
         c: &CommonHeader,
         r: wire::Resend,
     ) {
-        let Some(key) = self.lookup(from, c) else {
-            if c.from_client && self.hit_tombstone(now, from, c.rpc_id) {
+        let Some(key) = self.lookup(pk, c) else {
+            if c.from_client && self.hit_tombstone(now, pk, c.rpc_id) {
                 // Finished here (answered and acknowledged, or abandoned):
                 // saying "unknown" would make the client run it again.
                 self.metrics.drop(DropReason::Tombstone);

@@ -2,10 +2,18 @@
 
 use crate::endpoint::Time;
 use crate::wire::MAX_PRIORITIES;
+use foldhash::HashMap;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 
+/// Index of a peer in the endpoint's peer table. Stable while the peer has
+/// RPCs or tombstones (such a peer is never evicted), so RPCs and server-side
+/// keys carry it instead of hashing the address again on every packet.
+pub(crate) type PeerKey = u32;
+
 pub(crate) struct Peer {
+    /// The peer's address (to check a key against the address it stood for).
+    pub addr: SocketAddr,
     /// The peer's unscheduled cutoffs (what we use when sending to it).
     pub cutoffs: [u32; MAX_PRIORITIES],
     /// Version of `cutoffs`, echoed in our DATA packets so that the peer can
@@ -24,6 +32,8 @@ pub(crate) struct Peer {
     pub rpcs: usize,
     /// Server RPCs from this peer.
     pub server_rpcs: usize,
+    /// Tombstones of server RPCs from this peer (they pin the peer's key).
+    pub tombstones: u32,
     /// Last time the peer had an RPC or sent us a packet.
     pub last_active: Time,
 }
@@ -32,8 +42,9 @@ impl Peer {
     /// `cutoffs` are our own, assumed until the peer tells us its own; version
     /// 0 means "not heard yet", so the peer's first DATA from us triggers a
     /// CUTOFFS reply.
-    pub fn new(cutoffs: [u32; MAX_PRIORITIES], now: Time) -> Peer {
+    pub fn new(addr: SocketAddr, cutoffs: [u32; MAX_PRIORITIES], now: Time) -> Peer {
         Peer {
+            addr,
             cutoffs,
             cutoff_version: 0,
             cutoffs_sent_at: None,
@@ -43,6 +54,7 @@ impl Peer {
             pending_acks: Vec::new(),
             rpcs: 0,
             server_rpcs: 0,
+            tombstones: 0,
             last_active: now,
         }
     }
@@ -54,6 +66,11 @@ impl Peer {
             .rev()
             .find(|&i| self.cutoffs[i] >= len && self.cutoffs[i] != 0)
             .unwrap_or(0) as u8
+    }
+
+    /// Nothing refers to the peer's key: it may be evicted or forgotten.
+    pub fn unreferenced(&self) -> bool {
+        self.rpcs == 0 && self.tombstones == 0
     }
 
     /// Records a packet's timestamps.
@@ -101,5 +118,120 @@ impl Hash for PeerAddr {
         // Equal addresses give equal words; collisions only cost a compare.
         let (ip, rest) = self.words();
         state.write_u64((ip as u64) ^ ((ip >> 64) as u64).rotate_left(29) ^ rest.rotate_left(48));
+    }
+}
+
+/// The peers an endpoint knows: a slab of [`Peer`]s addressed by [`PeerKey`],
+/// plus a hash index from address to key used only where a packet or call
+/// names a peer by address. Freed slots are reused lowest-last (a stack), so
+/// keys depend only on the order of calls: deterministic.
+#[derive(Default)]
+pub(crate) struct Peers {
+    slots: Vec<Option<Peer>>,
+    free: Vec<PeerKey>,
+    index: HashMap<PeerAddr, PeerKey>,
+}
+
+impl Peers {
+    pub fn find(&self, addr: SocketAddr) -> Option<PeerKey> {
+        self.index.get(&PeerAddr(addr)).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Adds a peer not yet in the table.
+    pub fn insert(&mut self, peer: Peer) -> PeerKey {
+        let addr = peer.addr;
+        let key = match self.free.pop() {
+            Some(k) => {
+                self.slots[k as usize] = Some(peer);
+                k
+            }
+            None => {
+                self.slots.push(Some(peer));
+                (self.slots.len() - 1) as PeerKey
+            }
+        };
+        let old = self.index.insert(PeerAddr(addr), key);
+        debug_assert!(old.is_none(), "peer {addr} inserted twice");
+        key
+    }
+
+    /// Forgets peer `key` (which nothing may refer to any more).
+    pub fn remove(&mut self, key: PeerKey) {
+        if let Some(p) = self.slots[key as usize].take() {
+            debug_assert!(p.unreferenced());
+            self.index.remove(&PeerAddr(p.addr));
+            self.free.push(key);
+        }
+    }
+
+    /// Live peers in key order (deterministic).
+    pub fn iter(&self) -> impl Iterator<Item = (PeerKey, &Peer)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(k, p)| p.as_ref().map(|p| (k as PeerKey, p)))
+    }
+}
+
+impl std::ops::Index<PeerKey> for Peers {
+    type Output = Peer;
+    fn index(&self, key: PeerKey) -> &Peer {
+        self.slots[key as usize].as_ref().expect("live peer key")
+    }
+}
+
+impl std::ops::IndexMut<PeerKey> for Peers {
+    fn index_mut(&mut self, key: PeerKey) -> &mut Peer {
+        self.slots[key as usize].as_mut().expect("live peer key")
+    }
+}
+
+/// A server RPC's identity: the client's peer key and the client's RPC id,
+/// hashed as one word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ServerKey {
+    pub peer: PeerKey,
+    pub id: u64,
+}
+
+impl Hash for ServerKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Ids of one client are consecutive; peer keys are small. Putting the
+        // key in the top bits keeps distinct pairs distinct in practice, and a
+        // collision only costs a compare.
+        state.write_u64(self.id ^ (self.peer as u64).rotate_right(24));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(i: u8) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, i], 4000))
+    }
+
+    #[test]
+    fn peer_table_reuses_keys_and_indexes_addresses() {
+        let mut t = Peers::default();
+        let a = t.insert(Peer::new(addr(1), [0; MAX_PRIORITIES], 0));
+        let b = t.insert(Peer::new(addr(2), [0; MAX_PRIORITIES], 0));
+        assert_ne!(a, b);
+        assert_eq!((t.find(addr(1)), t.find(addr(2))), (Some(a), Some(b)));
+        assert_eq!(t.len(), 2);
+        t.remove(a);
+        assert_eq!((t.find(addr(1)), t.len()), (None, 1));
+        // The freed key is reused for the next address.
+        let c = t.insert(Peer::new(addr(3), [0; MAX_PRIORITIES], 0));
+        assert_eq!(c, a);
+        assert_eq!(t[c].addr, addr(3));
+        assert_eq!(
+            t.iter().map(|(k, p)| (k, p.addr)).collect::<Vec<_>>(),
+            [(a, addr(3)), (b, addr(2))]
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! Per-RPC state: the outgoing and incoming message of each RPC.
 
 use crate::endpoint::Time;
+use crate::peer::PeerKey;
 use crate::pool::Allocation;
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -139,6 +140,8 @@ pub(crate) struct Rpc {
     pub is_client: bool,
     pub id: u64,
     pub peer: SocketAddr,
+    /// `peer`'s entry in the peer table (pinned while this RPC lives).
+    pub peer_key: PeerKey,
     pub state: RpcState,
     /// Creation order; ties in the SRPT sets break towards older RPCs.
     pub birth: u64,

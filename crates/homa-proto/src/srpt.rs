@@ -1,22 +1,34 @@
 //! An SRPT queue: entries ordered by (remaining bytes, birth, key), with the
 //! smallest kept outside the tree. The head is the message being served, and
 //! serving it only makes it smaller, so the common per-packet update is one
-//! integer store instead of a tree removal and insertion.
+//! integer store instead of a tree removal and insertion. A queue of one
+//! entry (the common case for short messages) never allocates: a `BTreeSet`
+//! frees its last node when emptied, so using one alone would cost an
+//! allocation and a free per message.
 
 use crate::rpc::RpcKey;
 use std::collections::BTreeSet;
 
 pub(crate) type Entry = (u32, u64, RpcKey);
 
-#[derive(Default)]
-pub(crate) struct SrptQueue {
+/// An ordered set with its smallest element kept outside the tree.
+pub(crate) struct SrptQueue<E = Entry> {
     /// Smallest entry; every entry of `rest` is greater.
-    head: Option<Entry>,
-    rest: BTreeSet<Entry>,
+    head: Option<E>,
+    rest: BTreeSet<E>,
 }
 
-impl SrptQueue {
-    pub fn insert(&mut self, e: Entry) {
+impl<E> Default for SrptQueue<E> {
+    fn default() -> Self {
+        SrptQueue {
+            head: None,
+            rest: BTreeSet::new(),
+        }
+    }
+}
+
+impl<E: Ord + Copy> SrptQueue<E> {
+    pub fn insert(&mut self, e: E) {
         match self.head {
             None => self.head = Some(e),
             Some(h) if e < h => {
@@ -29,7 +41,7 @@ impl SrptQueue {
         }
     }
 
-    pub fn remove(&mut self, e: &Entry) -> bool {
+    pub fn remove(&mut self, e: &E) -> bool {
         if self.head.as_ref() == Some(e) {
             self.head = self.rest.pop_first();
             true
@@ -38,10 +50,25 @@ impl SrptQueue {
         }
     }
 
-    pub fn first(&self) -> Option<&Entry> {
+    pub fn first(&self) -> Option<&E> {
         self.head.as_ref()
     }
 
+    pub fn len(&self) -> usize {
+        self.head.is_some() as usize + self.rest.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.head.is_none()
+    }
+
+    /// Entries in order.
+    pub fn iter(&self) -> impl Iterator<Item = &E> + '_ {
+        self.head.iter().chain(self.rest.iter())
+    }
+}
+
+impl SrptQueue<Entry> {
     /// Moves entry `e` to `remaining` bytes. Cheap when `e` is the head and
     /// shrinks (it stays the head).
     pub fn update(&mut self, e: &Entry, remaining: u32) {
@@ -54,19 +81,6 @@ impl SrptQueue {
             }
         }
     }
-
-    pub fn len(&self) -> usize {
-        self.head.is_some() as usize + self.rest.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.head.is_none()
-    }
-
-    /// Entries in order.
-    pub fn iter(&self) -> impl Iterator<Item = &Entry> + '_ {
-        self.head.iter().chain(self.rest.iter())
-    }
 }
 
 #[cfg(test)]
@@ -75,7 +89,7 @@ mod tests {
 
     #[test]
     fn keeps_srpt_order_through_updates() {
-        let mut q = SrptQueue::default();
+        let mut q: SrptQueue = SrptQueue::default();
         q.insert((50, 1, 1));
         q.insert((10, 2, 2));
         q.insert((30, 3, 3));

@@ -44,15 +44,26 @@ impl Endpoint {
             }
         }
         let idle = self.config.peer_idle_ns;
-        self.peers
-            .retain(|_, p| p.rpcs > 0 || now.saturating_sub(p.last_active) < idle);
-        self.next_tick = if !self.client_ids.is_empty() || !self.server_ids.is_empty() {
+        let mut gone = std::mem::take(&mut self.scratch_keys);
+        gone.clear();
+        gone.extend(
+            self.peers
+                .iter()
+                .filter(|(_, p)| p.unreferenced() && now.saturating_sub(p.last_active) >= idle)
+                .map(|(k, _)| k),
+        );
+        for &k in &gone {
+            self.peers.remove(k);
+        }
+        self.scratch_keys = gone;
+        self.next_tick = if !self.client_ids.is_empty() || self.server_rpc_count > 0 {
             now.saturating_add(self.tick_ns)
         } else {
             let peer_expiry = self
                 .peers
-                .values()
-                .map(|p| p.last_active.saturating_add(idle))
+                .iter()
+                .filter(|(_, p)| p.unreferenced())
+                .map(|(_, p)| p.last_active.saturating_add(idle))
                 .min();
             let tomb_expiry = self.tombstone_queue.front().map(|t| t.0);
             match (peer_expiry, tomb_expiry) {

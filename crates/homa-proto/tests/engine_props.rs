@@ -303,3 +303,69 @@ fn garbage_with_checksums_on_is_counted_and_dropped() {
     assert_eq!(m.total_drops(), 2000);
     assert_eq!(ep.stats().peers, 0);
 }
+
+/// A one-packet request of 100 bytes, RPC `id`, as a client would send it.
+fn request_datagram(id: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    let common = CommonHeader {
+        from_client: true,
+        retransmit: false,
+        rpc_id: id,
+        send_time: 1,
+        echo_time: 0,
+    };
+    let header = DataHeader {
+        message_length: 100,
+        offset: 0,
+        unsched_bytes: 100,
+        cutoff_version: 1,
+        ack: 0,
+    };
+    let body = Body::Data {
+        header,
+        payload: &[5u8; 100],
+    };
+    wire::encode(&mut out, &common, &body, false);
+    out
+}
+
+#[test]
+fn tombstones_outlive_pressure_on_the_peer_table() {
+    let ms = 1_000_000;
+    let config = Config {
+        max_peers: 2,
+        checksum: false,
+        tombstone_ns: ms,
+        ..Config::default()
+    };
+    let mut ep = Endpoint::new(config, 0).unwrap();
+    let (a, b, c, d) = (addr(1), addr(2), addr(3), addr(4));
+    // Peer `a`'s request runs and is abandoned: a tombstone.
+    ep.handle_datagram(10, a, &request_datagram(7));
+    match ep.poll_event() {
+        Some(Event::Request { rpc, .. }) => ep.abandon(rpc),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!((ep.stats().tombstones, ep.stats().peers), (1, 1));
+    // Fill the table with `b`, then make `b` idle: `c` evicts `b`, not `a`.
+    let id_b = ep.send_request(20, b, Bytes::from_static(b"x")).unwrap();
+    ep.cancel(id_b);
+    let _id_c = ep.send_request(30, c, Bytes::from_static(b"x")).unwrap();
+    assert_eq!(ep.stats().peers, 2);
+    // `a` (tombstone) and `c` (live RPC) are both pinned: no room for `d`.
+    assert_eq!(
+        ep.send_request(40, d, Bytes::from_static(b"x")),
+        Err(homa_proto::SendError::TooManyPeers(2))
+    );
+    // A duplicate of `a`'s request is still refused, not run again.
+    ep.handle_datagram(50, a, &request_datagram(7));
+    assert!(ep.poll_event().is_none());
+    assert_eq!(ep.metrics().drops(DropReason::Tombstone), 1);
+    // Once the tombstone expires, `a` is an ordinary idle peer again.
+    ep.handle_timeout(60 + 2 * ms);
+    assert_eq!(ep.stats().tombstones, 0);
+    assert!(ep
+        .send_request(70 + 2 * ms, d, Bytes::from_static(b"x"))
+        .is_ok());
+    assert_eq!(ep.stats().peers, 2);
+}

@@ -184,7 +184,10 @@ impl Endpoint {
             pk = known.or_else(|| self.ensure_peer(now, from));
             match pk {
                 None => Some(DropReason::TooManyPeers),
-                Some(k) if self.peers[k].server_rpcs >= self.config.max_server_rpcs_per_peer => {
+                Some(k)
+                    if self.peers[k].server_rpcs as usize
+                        >= self.config.max_server_rpcs_per_peer =>
+                {
                     Some(DropReason::TooManyRpcs)
                 }
                 Some(_) => None,
@@ -210,7 +213,7 @@ impl Endpoint {
 
     fn maybe_send_cutoffs(&mut self, now: Time, from: SocketAddr, pk: PeerKey, c: &CommonHeader) {
         let interval = self.config.resend_interval_ns;
-        let peer = &mut self.peers[pk];
+        let peer = self.peers.info_mut(pk);
         if peer.cutoffs_sent_at.is_some_and(|t| now < t + interval) {
             return;
         }

@@ -75,10 +75,9 @@ impl Endpoint {
                 self.fail_client(now, key, RpcError::ResponseTooLong);
                 return;
             }
-            let mut inc = InMsg::new(h.message_length, h.unsched_bytes);
-            inc.priority = self.unsched_level(h.message_length);
+            let priority = self.unsched_level(h.message_length);
             let rpc = self.rpcs[key as usize].as_mut().unwrap();
-            rpc.inc = Some(inc);
+            rpc.inc = Some(InMsg::new(h.message_length, h.unsched_bytes, priority));
             rpc.restarts = 0;
             if rpc.is_client {
                 // The server has all of our request: stop sending it.

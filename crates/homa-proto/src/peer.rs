@@ -95,39 +95,42 @@ impl PeerInfo {
     }
 }
 
-/// A peer's address as a hash-map key. Hashing a `SocketAddr` field by field
-/// costs several hasher calls per lookup, and lookups happen several times per
-/// packet; this hashes two machine words. Equality ignores the IPv6 flow label,
-/// which does not identify a socket.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PeerAddr(pub SocketAddr);
+/// A peer's address as a hash-map key: the address as three machine words,
+/// computed straight from the caller's `SocketAddr` (hashing a `SocketAddr`
+/// field by field costs several hasher calls, and comparing copies of it
+/// field by field stalled on store forwarding). Equality ignores the IPv6
+/// flow label, which does not identify a socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PeerAddr {
+    ip_lo: u64,
+    ip_hi: u64,
+    /// Port, a v6 marker and the v6 scope id.
+    rest: u64,
+}
 
 impl PeerAddr {
-    fn words(&self) -> (u128, u64) {
-        match self.0 {
+    #[inline]
+    pub fn new(addr: &SocketAddr) -> PeerAddr {
+        let (ip, rest) = match addr {
             SocketAddr::V4(a) => (u32::from(*a.ip()) as u128, a.port() as u64),
             SocketAddr::V6(a) => (
                 u128::from(*a.ip()),
                 a.port() as u64 | 1 << 16 | (a.scope_id() as u64) << 32,
             ),
+        };
+        PeerAddr {
+            ip_lo: ip as u64,
+            ip_hi: (ip >> 64) as u64,
+            rest,
         }
     }
 }
-
-impl PartialEq for PeerAddr {
-    fn eq(&self, other: &Self) -> bool {
-        self.words() == other.words()
-    }
-}
-
-impl Eq for PeerAddr {}
 
 impl Hash for PeerAddr {
     fn hash<H: Hasher>(&self, state: &mut H) {
         // One word: the hasher's per-call cost dominates for keys this small.
         // Equal addresses give equal words; collisions only cost a compare.
-        let (ip, rest) = self.words();
-        state.write_u64((ip as u64) ^ ((ip >> 64) as u64).rotate_left(29) ^ rest.rotate_left(48));
+        state.write_u64(self.ip_lo ^ self.ip_hi.rotate_left(29) ^ self.rest.rotate_left(48));
     }
 }
 
@@ -145,8 +148,9 @@ pub(crate) struct Peers {
 }
 
 impl Peers {
+    #[inline]
     pub fn find(&self, addr: SocketAddr) -> Option<PeerKey> {
-        self.index.get(&PeerAddr(addr)).copied()
+        self.index.get(&PeerAddr::new(&addr)).copied()
     }
 
     pub fn len(&self) -> usize {
@@ -178,7 +182,7 @@ impl Peers {
                 (self.slots.len() - 1) as PeerKey
             }
         };
-        let old = self.index.insert(PeerAddr(addr), key);
+        let old = self.index.insert(PeerAddr::new(&addr), key);
         debug_assert!(old.is_none(), "peer {addr} inserted twice");
         key
     }
@@ -187,7 +191,8 @@ impl Peers {
     pub fn remove(&mut self, key: PeerKey) {
         if let Some(p) = self.slots[key as usize].take() {
             debug_assert!(p.unreferenced());
-            self.index.remove(&PeerAddr(self.info[key as usize].addr));
+            self.index
+                .remove(&PeerAddr::new(&self.info[key as usize].addr));
             self.free.push(key);
         }
     }
@@ -248,6 +253,28 @@ mod tests {
 
     fn addr(i: u8) -> SocketAddr {
         SocketAddr::from(([10, 0, 0, i], 4000))
+    }
+
+    #[test]
+    fn address_keys_ignore_only_the_flow_label() {
+        use std::net::SocketAddrV6;
+        let v6 = |flow, scope| {
+            SocketAddr::V6(SocketAddrV6::new(
+                "fe80::1".parse().unwrap(),
+                4000,
+                flow,
+                scope,
+            ))
+        };
+        assert_eq!(PeerAddr::new(&v6(1, 2)), PeerAddr::new(&v6(9, 2)));
+        assert_ne!(PeerAddr::new(&v6(1, 2)), PeerAddr::new(&v6(1, 3)));
+        // An IPv4 address and its v4-mapped or numerically equal v6 form differ.
+        let v4 = SocketAddr::from(([0, 0, 0, 1], 4000));
+        let v6_one = SocketAddr::from((std::net::Ipv6Addr::from(1u128), 4000));
+        assert_ne!(PeerAddr::new(&v4), PeerAddr::new(&v6_one));
+        assert_ne!(PeerAddr::new(&addr(1)), PeerAddr::new(&addr(2)));
+        let other_port = SocketAddr::from(([10, 0, 0, 1], 4001));
+        assert_ne!(PeerAddr::new(&addr(1)), PeerAddr::new(&other_port));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use crate::config::{Config, ConfigError};
 use crate::metrics::{DropReason, Metrics};
-use crate::peer::{Peer, PeerKey, Peers, ServerKey};
+use crate::peer::{PeerKey, Peers, ServerKey};
 use crate::pool::{Message, Pool};
 use crate::rpc::{OutMsg, Rpc, RpcKey, RpcState};
 use crate::srpt::SrptQueue;
@@ -308,7 +308,7 @@ impl Endpoint {
     /// Smallest round-trip time measured to `peer`, if any.
     pub fn peer_rtt_min(&self, peer: SocketAddr) -> Option<u64> {
         let key = self.peers.find(peer)?;
-        self.peers[key].rtt_min
+        self.peers[key].rtt_min()
     }
 
     /// True when the endpoint has no RPCs and nothing to transmit.
@@ -348,7 +348,7 @@ impl Endpoint {
         };
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        let unsched_priority = self.peers[pk].unsched_priority(request.len() as u32);
+        let unsched_priority = self.peers.info(pk).unsched_priority(request.len() as u32);
         let key = self.insert_rpc(now, true, id, dest, pk, RpcState::ClientActive);
         self.rpc(key).out = Some(OutMsg::new(request, self.unsched_bytes, unsched_priority));
         self.client_ids.insert(id, key);
@@ -377,7 +377,7 @@ impl Endpoint {
             return Err(SendError::UnknownRpc);
         };
         let pk = self.rpcs[key as usize].as_ref().unwrap().peer_key;
-        let unsched_priority = self.peers[pk].unsched_priority(response.len() as u32);
+        let unsched_priority = self.peers.info(pk).unsched_priority(response.len() as u32);
         let r = self.rpcs[key as usize].as_mut().unwrap();
         if r.state != RpcState::ServerInService {
             return Err(SendError::UnknownRpc);
@@ -491,8 +491,8 @@ impl Endpoint {
                     if peer.cutoff_version == 0
                         || (cut.version.wrapping_sub(peer.cutoff_version) as i16) > 0
                     {
-                        peer.cutoffs = cut.cutoffs;
                         peer.cutoff_version = cut.version;
+                        self.peers.info_mut(pk).cutoffs = cut.cutoffs;
                     }
                 }
                 None => self.metrics.drop(DropReason::UnknownRpc),
@@ -561,7 +561,7 @@ impl Endpoint {
                 .peers
                 .iter()
                 .filter(|(_, p)| p.unreferenced())
-                .map(|(k, p)| (p.last_active, p.addr, k))
+                .map(|(k, p)| (p.last_active, self.peers.info(k).addr, k))
                 .collect();
             if idle.is_empty() {
                 return None;
@@ -572,7 +572,7 @@ impl Endpoint {
                 self.peers.remove(k);
             }
         }
-        Some(self.peers.insert(Peer::new(addr, self.my_cutoffs, now)))
+        Some(self.peers.insert(addr, self.my_cutoffs, now))
     }
 
     pub(crate) fn insert_rpc(
@@ -625,26 +625,28 @@ impl Endpoint {
     pub(crate) fn free_rpc(&mut self, now: Time, key: RpcKey) {
         self.unqueue_out(key);
         self.remove_incoming(key);
-        let rpc = self.rpcs[key as usize].take().expect("live rpc key");
+        // Read what is needed and drop the RPC in place, rather than moving
+        // the whole (multi-line) struct out of the slab.
+        let slot = &mut self.rpcs[key as usize];
+        let rpc = slot.as_ref().expect("live rpc key");
+        let (is_client, id, pk, state) = (rpc.is_client, rpc.id, rpc.peer_key, rpc.state);
+        *slot = None;
         self.free_keys.push(key);
-        if rpc.is_client {
-            self.client_ids.remove(&rpc.id);
+        if is_client {
+            self.client_ids.remove(&id);
         } else {
             self.server_rpc_count -= 1;
-            let sk = ServerKey {
-                peer: rpc.peer_key,
-                id: rpc.id,
-            };
+            let sk = ServerKey { peer: pk, id };
             // Only an executed request needs protection from being run again.
-            if rpc.state == RpcState::ServerReceiving || !self.tombstones_on() {
+            if state == RpcState::ServerReceiving || !self.tombstones_on() {
                 self.server_ids.remove(&sk);
             } else {
                 self.set_tombstone(now, sk);
             }
         }
-        let p = &mut self.peers[rpc.peer_key];
+        let p = &mut self.peers[pk];
         p.rpcs -= 1;
-        if !rpc.is_client {
+        if !is_client {
             p.server_rpcs -= 1;
         }
         p.last_active = now;

@@ -75,10 +75,9 @@ impl Endpoint {
                 self.fail_client(now, key, RpcError::ResponseTooLong);
                 return;
             }
-            let mut inc = InMsg::new(h.message_length, h.unsched_bytes);
-            inc.priority = self.unsched_level(h.message_length);
+            let priority = self.unsched_level(h.message_length);
             let rpc = self.rpcs[key as usize].as_mut().unwrap();
-            rpc.inc = Some(inc);
+            rpc.inc = Some(InMsg::new(h.message_length, h.unsched_bytes, priority));
             rpc.restarts = 0;
             if rpc.is_client {
                 // The server has all of our request: stop sending it.
@@ -184,7 +183,10 @@ impl Endpoint {
             pk = known.or_else(|| self.ensure_peer(now, from));
             match pk {
                 None => Some(DropReason::TooManyPeers),
-                Some(k) if self.peers[k].server_rpcs >= self.config.max_server_rpcs_per_peer => {
+                Some(k)
+                    if self.peers[k].server_rpcs as usize
+                        >= self.config.max_server_rpcs_per_peer =>
+                {
                     Some(DropReason::TooManyRpcs)
                 }
                 Some(_) => None,
@@ -210,7 +212,7 @@ impl Endpoint {
 
     fn maybe_send_cutoffs(&mut self, now: Time, from: SocketAddr, pk: PeerKey, c: &CommonHeader) {
         let interval = self.config.resend_interval_ns;
-        let peer = &mut self.peers[pk];
+        let peer = self.peers.info_mut(pk);
         if peer.cutoffs_sent_at.is_some_and(|t| now < t + interval) {
             return;
         }

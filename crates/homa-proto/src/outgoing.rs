@@ -58,7 +58,7 @@ impl Endpoint {
             let ptype = self.encode_control(now, &c, pk, buf);
             if let ControlBody::Cutoffs = c.body {
                 if let Some(k) = self.peers.find(c.dest) {
-                    self.peers[k].cutoffs_sent_at = Some(now);
+                    self.peers.info_mut(k).cutoffs_sent_at = Some(now);
                 }
             }
             let priority = self.top_priority;

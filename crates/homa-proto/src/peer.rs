@@ -11,61 +11,62 @@ use std::net::SocketAddr;
 /// keys carry it instead of hashing the address again on every packet.
 pub(crate) type PeerKey = u32;
 
+/// The per-packet part of a peer, in one cache line: the simulator drives
+/// hundreds of endpoints with hundreds of peers each, so a peer is usually
+/// cold when touched and each extra line is a miss. Rarely used fields live
+/// in [`PeerInfo`].
+#[repr(C, align(64))]
 pub(crate) struct Peer {
-    /// The peer's address (to check a key against the address it stood for).
-    pub addr: SocketAddr,
-    /// The peer's unscheduled cutoffs (what we use when sending to it).
-    pub cutoffs: [u32; MAX_PRIORITIES],
-    /// Version of `cutoffs`, echoed in our DATA packets so that the peer can
-    /// tell us when it has newer ones.
-    pub cutoff_version: u16,
-    /// When we last sent this peer a CUTOFFS packet (rate limit).
-    pub cutoffs_sent_at: Option<Time>,
     /// The latest `send_time` received from the peer, echoed back to it.
     pub echo_time: u64,
-    /// Smallest and latest round-trip times measured from echoed timestamps.
-    pub rtt_min: Option<u64>,
-    pub rtt_recent: Option<u64>,
+    /// Last time the peer had an RPC or sent us a packet.
+    pub last_active: Time,
+    /// Smallest round-trip time measured from echoed timestamps (`u64::MAX`:
+    /// none yet).
+    rtt_min: u64,
     /// Completed client RPCs whose server state the peer may drop.
     pub pending_acks: Vec<u64>,
     /// RPCs (client and server) that refer to this peer.
-    pub rpcs: usize,
+    pub rpcs: u32,
     /// Server RPCs from this peer.
-    pub server_rpcs: usize,
+    pub server_rpcs: u32,
     /// Tombstones of server RPCs from this peer (they pin the peer's key).
     pub tombstones: u32,
-    /// Last time the peer had an RPC or sent us a packet.
-    pub last_active: Time,
+    /// Version of the peer's cutoffs (`PeerInfo::cutoffs`), echoed in our DATA
+    /// packets so that the peer can tell us when it has newer ones.
+    pub cutoff_version: u16,
+}
+
+const _: () = assert!(std::mem::size_of::<Option<Peer>>() == 64);
+
+/// The rest of a peer: read when sending a message or handling CUTOFFS.
+pub(crate) struct PeerInfo {
+    /// The peer's address (to drop its index entry, and to order evictions).
+    pub addr: SocketAddr,
+    /// The peer's unscheduled cutoffs (what we use when sending to it).
+    pub cutoffs: [u32; MAX_PRIORITIES],
+    /// When we last sent this peer a CUTOFFS packet (rate limit).
+    pub cutoffs_sent_at: Option<Time>,
 }
 
 impl Peer {
-    /// `cutoffs` are our own, assumed until the peer tells us its own; version
-    /// 0 means "not heard yet", so the peer's first DATA from us triggers a
-    /// CUTOFFS reply.
-    pub fn new(addr: SocketAddr, cutoffs: [u32; MAX_PRIORITIES], now: Time) -> Peer {
+    /// Version 0 means "not heard yet", so the peer's first DATA from us
+    /// triggers a CUTOFFS reply.
+    fn new(now: Time) -> Peer {
         Peer {
-            addr,
-            cutoffs,
-            cutoff_version: 0,
-            cutoffs_sent_at: None,
             echo_time: 0,
-            rtt_min: None,
-            rtt_recent: None,
+            last_active: now,
+            rtt_min: u64::MAX,
             pending_acks: Vec::new(),
             rpcs: 0,
             server_rpcs: 0,
             tombstones: 0,
-            last_active: now,
+            cutoff_version: 0,
         }
     }
 
-    /// Unscheduled priority for a message of `len` bytes sent to this peer: the
-    /// highest level whose cutoff admits it.
-    pub fn unsched_priority(&self, len: u32) -> u8 {
-        (0..MAX_PRIORITIES)
-            .rev()
-            .find(|&i| self.cutoffs[i] >= len && self.cutoffs[i] != 0)
-            .unwrap_or(0) as u8
+    pub fn rtt_min(&self) -> Option<u64> {
+        (self.rtt_min != u64::MAX).then_some(self.rtt_min)
     }
 
     /// Nothing refers to the peer's key: it may be evicted or forgotten.
@@ -78,46 +79,58 @@ impl Peer {
         self.echo_time = send_time;
         self.last_active = now;
         if echo_time != 0 && echo_time <= now {
-            let rtt = now - echo_time;
-            self.rtt_recent = Some(rtt);
-            self.rtt_min = Some(self.rtt_min.map_or(rtt, |m| m.min(rtt)));
+            self.rtt_min = self.rtt_min.min(now - echo_time);
         }
     }
 }
 
-/// A peer's address as a hash-map key. Hashing a `SocketAddr` field by field
-/// costs several hasher calls per lookup, and lookups happen several times per
-/// packet; this hashes two machine words. Equality ignores the IPv6 flow label,
-/// which does not identify a socket.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PeerAddr(pub SocketAddr);
+impl PeerInfo {
+    /// Unscheduled priority for a message of `len` bytes sent to this peer: the
+    /// highest level whose cutoff admits it.
+    pub fn unsched_priority(&self, len: u32) -> u8 {
+        (0..MAX_PRIORITIES)
+            .rev()
+            .find(|&i| self.cutoffs[i] >= len && self.cutoffs[i] != 0)
+            .unwrap_or(0) as u8
+    }
+}
+
+/// A peer's address as a hash-map key: the address as three machine words,
+/// computed straight from the caller's `SocketAddr` (hashing a `SocketAddr`
+/// field by field costs several hasher calls, and comparing copies of it
+/// field by field stalled on store forwarding). Equality ignores the IPv6
+/// flow label, which does not identify a socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PeerAddr {
+    ip_lo: u64,
+    ip_hi: u64,
+    /// Port, a v6 marker and the v6 scope id.
+    rest: u64,
+}
 
 impl PeerAddr {
-    fn words(&self) -> (u128, u64) {
-        match self.0 {
+    #[inline]
+    pub fn new(addr: &SocketAddr) -> PeerAddr {
+        let (ip, rest) = match addr {
             SocketAddr::V4(a) => (u32::from(*a.ip()) as u128, a.port() as u64),
             SocketAddr::V6(a) => (
                 u128::from(*a.ip()),
                 a.port() as u64 | 1 << 16 | (a.scope_id() as u64) << 32,
             ),
+        };
+        PeerAddr {
+            ip_lo: ip as u64,
+            ip_hi: (ip >> 64) as u64,
+            rest,
         }
     }
 }
-
-impl PartialEq for PeerAddr {
-    fn eq(&self, other: &Self) -> bool {
-        self.words() == other.words()
-    }
-}
-
-impl Eq for PeerAddr {}
 
 impl Hash for PeerAddr {
     fn hash<H: Hasher>(&self, state: &mut H) {
         // One word: the hasher's per-call cost dominates for keys this small.
         // Equal addresses give equal words; collisions only cost a compare.
-        let (ip, rest) = self.words();
-        state.write_u64((ip as u64) ^ ((ip >> 64) as u64).rotate_left(29) ^ rest.rotate_left(48));
+        state.write_u64(self.ip_lo ^ self.ip_hi.rotate_left(29) ^ self.rest.rotate_left(48));
     }
 }
 
@@ -128,33 +141,48 @@ impl Hash for PeerAddr {
 #[derive(Default)]
 pub(crate) struct Peers {
     slots: Vec<Option<Peer>>,
+    /// `info[k]` belongs to `slots[k]` (stale while the slot is free).
+    info: Vec<PeerInfo>,
     free: Vec<PeerKey>,
     index: HashMap<PeerAddr, PeerKey>,
 }
 
 impl Peers {
+    #[inline]
     pub fn find(&self, addr: SocketAddr) -> Option<PeerKey> {
-        self.index.get(&PeerAddr(addr)).copied()
+        self.index.get(&PeerAddr::new(&addr)).copied()
     }
 
     pub fn len(&self) -> usize {
         self.index.len()
     }
 
-    /// Adds a peer not yet in the table.
-    pub fn insert(&mut self, peer: Peer) -> PeerKey {
-        let addr = peer.addr;
+    /// Adds a peer not yet in the table. `cutoffs` are our own, assumed until
+    /// the peer tells us its own.
+    pub fn insert(
+        &mut self,
+        addr: SocketAddr,
+        cutoffs: [u32; MAX_PRIORITIES],
+        now: Time,
+    ) -> PeerKey {
+        let info = PeerInfo {
+            addr,
+            cutoffs,
+            cutoffs_sent_at: None,
+        };
         let key = match self.free.pop() {
             Some(k) => {
-                self.slots[k as usize] = Some(peer);
+                self.slots[k as usize] = Some(Peer::new(now));
+                self.info[k as usize] = info;
                 k
             }
             None => {
-                self.slots.push(Some(peer));
+                self.slots.push(Some(Peer::new(now)));
+                self.info.push(info);
                 (self.slots.len() - 1) as PeerKey
             }
         };
-        let old = self.index.insert(PeerAddr(addr), key);
+        let old = self.index.insert(PeerAddr::new(&addr), key);
         debug_assert!(old.is_none(), "peer {addr} inserted twice");
         key
     }
@@ -163,9 +191,21 @@ impl Peers {
     pub fn remove(&mut self, key: PeerKey) {
         if let Some(p) = self.slots[key as usize].take() {
             debug_assert!(p.unreferenced());
-            self.index.remove(&PeerAddr(p.addr));
+            self.index
+                .remove(&PeerAddr::new(&self.info[key as usize].addr));
             self.free.push(key);
         }
+    }
+
+    /// The rarely used part of live peer `key`.
+    pub fn info(&self, key: PeerKey) -> &PeerInfo {
+        debug_assert!(self.slots[key as usize].is_some());
+        &self.info[key as usize]
+    }
+
+    pub fn info_mut(&mut self, key: PeerKey) -> &mut PeerInfo {
+        debug_assert!(self.slots[key as usize].is_some());
+        &mut self.info[key as usize]
     }
 
     /// Live peers in key order (deterministic).
@@ -216,22 +256,67 @@ mod tests {
     }
 
     #[test]
+    fn address_keys_ignore_only_the_flow_label() {
+        use std::net::SocketAddrV6;
+        let v6 = |flow, scope| {
+            SocketAddr::V6(SocketAddrV6::new(
+                "fe80::1".parse().unwrap(),
+                4000,
+                flow,
+                scope,
+            ))
+        };
+        assert_eq!(PeerAddr::new(&v6(1, 2)), PeerAddr::new(&v6(9, 2)));
+        assert_ne!(PeerAddr::new(&v6(1, 2)), PeerAddr::new(&v6(1, 3)));
+        // An IPv4 address and its v4-mapped or numerically equal v6 form differ.
+        let v4 = SocketAddr::from(([0, 0, 0, 1], 4000));
+        let v6_one = SocketAddr::from((std::net::Ipv6Addr::from(1u128), 4000));
+        assert_ne!(PeerAddr::new(&v4), PeerAddr::new(&v6_one));
+        assert_ne!(PeerAddr::new(&addr(1)), PeerAddr::new(&addr(2)));
+        let other_port = SocketAddr::from(([10, 0, 0, 1], 4001));
+        assert_ne!(PeerAddr::new(&addr(1)), PeerAddr::new(&other_port));
+    }
+
+    #[test]
     fn peer_table_reuses_keys_and_indexes_addresses() {
         let mut t = Peers::default();
-        let a = t.insert(Peer::new(addr(1), [0; MAX_PRIORITIES], 0));
-        let b = t.insert(Peer::new(addr(2), [0; MAX_PRIORITIES], 0));
+        let a = t.insert(addr(1), [0; MAX_PRIORITIES], 0);
+        let b = t.insert(addr(2), [0; MAX_PRIORITIES], 0);
         assert_ne!(a, b);
         assert_eq!((t.find(addr(1)), t.find(addr(2))), (Some(a), Some(b)));
         assert_eq!(t.len(), 2);
         t.remove(a);
         assert_eq!((t.find(addr(1)), t.len()), (None, 1));
         // The freed key is reused for the next address.
-        let c = t.insert(Peer::new(addr(3), [0; MAX_PRIORITIES], 0));
+        let c = t.insert(addr(3), [0; MAX_PRIORITIES], 0);
         assert_eq!(c, a);
-        assert_eq!(t[c].addr, addr(3));
+        assert_eq!(t.info(c).addr, addr(3));
         assert_eq!(
-            t.iter().map(|(k, p)| (k, p.addr)).collect::<Vec<_>>(),
+            t.iter()
+                .map(|(k, _)| (k, t.info(k).addr))
+                .collect::<Vec<_>>(),
             [(a, addr(3)), (b, addr(2))]
         );
+    }
+}
+
+#[cfg(test)]
+mod rtt_tests {
+    use super::*;
+
+    #[test]
+    fn rtt_min_tracks_the_smallest_echoed_round_trip() {
+        let mut p = Peer::new(0);
+        assert_eq!(p.rtt_min(), None);
+        p.observe(100, 5, 0); // no echo: no sample
+        assert_eq!((p.rtt_min(), p.echo_time), (None, 5));
+        p.observe(100, 6, 70);
+        p.observe(200, 7, 180);
+        p.observe(300, 8, 200);
+        assert_eq!(p.rtt_min(), Some(20));
+        p.observe(300, 9, 300); // a zero round trip counts
+        assert_eq!(p.rtt_min(), Some(0));
+        p.observe(300, 9, 400); // an echo from the future does not
+        assert_eq!(p.rtt_min(), Some(0));
     }
 }

@@ -107,14 +107,14 @@ pub(crate) struct InMsg {
 }
 
 impl InMsg {
-    pub fn new(len: u32, unsched: u32) -> InMsg {
+    pub fn new(len: u32, unsched: u32, priority: u8) -> InMsg {
         InMsg {
             len,
             unsched: unsched.min(len),
             received: RangeSet::default(),
             bytes_received: 0,
             granted: unsched.min(len),
-            priority: 0,
+            priority,
             alloc: None,
             grant_key: None,
             waiting_for_pool: false,

@@ -5,7 +5,10 @@
 //! endpoint's events to the application, drains `poll_transmit` into the host's
 //! NIC queue, and makes sure a timer event is pending for `poll_timeout()`.
 //! The engine's pacer decides how much it releases; when it releases nothing
-//! the driver asks again whenever the NIC finishes a packet and at the timeout.
+//! the driver asks again at the timeout (which covers the pacer's next
+//! release) or after the next input. A NIC completion is no input to the
+//! endpoint, so it is polled then only if its deadline has come; an engine
+//! timer that fires before the (since moved) deadline only re-arms itself.
 //!
 //! Timers are lazy: at most one live timer event per host. A new deadline later
 //! than the pending one leaves the pending event in place; when that fires early
@@ -177,6 +180,9 @@ pub struct DriverStats {
     pub app_events: u64,
     /// Application wake-ups delivered.
     pub app_wakeups: u64,
+    /// NIC completions after which the endpoint was not polled because it had
+    /// nothing to send before its next deadline.
+    pub idle_nic_polls_skipped: u64,
 }
 
 struct EngineHost<A> {
@@ -189,6 +195,10 @@ struct EngineHost<A> {
     timer_gen: u64,
     /// Last time `handle_timeout` ran (spin guard).
     handled_at: Option<Time>,
+    /// The endpoint's `poll_timeout()` at the end of the last pump, if that
+    /// pump left it with nothing to send now (`Some(None)`: no deadline);
+    /// `None` if it may have more (the pump stopped at `MAX_BURST`).
+    idle_until: Option<Option<Time>>,
     rng: ChaCha8Rng,
 }
 
@@ -196,6 +206,9 @@ struct EngineHost<A> {
 struct Engines<A> {
     hosts: Vec<EngineHost<A>>,
     stats: DriverStats,
+    /// Skip polls that cannot yield anything (see `nic_done`); tests turn
+    /// it off to check that skipping changes nothing.
+    skip_idle_polls: bool,
 }
 
 fn event_digest(ev: &Event) -> [u64; 4] {
@@ -249,6 +262,7 @@ impl<A: App> Engines<A> {
         let Some(ep) = host.ep.as_mut() else {
             return;
         };
+        host.idle_until = None;
         for _ in 0..MAX_BURST {
             let mut buf = net.take_buf();
             match ep.poll_transmit(now, &mut buf) {
@@ -268,25 +282,43 @@ impl<A: App> Engines<A> {
                 }
                 None => {
                     net.recycle(buf);
+                    host.idle_until = Some(None);
                     break;
                 }
             }
         }
-        if let Some(d) = ep.poll_timeout() {
-            let floor = if host.handled_at == Some(now) {
-                now + 1
-            } else {
-                now
-            };
-            if d < floor && floor > now {
-                self.stats.timer_spins += 1;
-            }
-            let d = d.max(floor);
-            if host.timer_at.is_none_or(|t| d < t) {
-                host.timer_gen += 1;
-                host.timer_at = Some(d);
-                net.schedule(d, h, KIND_ENGINE, host.timer_gen);
-            }
+        let deadline = ep.poll_timeout();
+        if host.idle_until.is_some() {
+            host.idle_until = Some(deadline);
+        }
+        if let Some(d) = deadline {
+            Self::arm(host, &mut self.stats, net, h, d);
+        }
+    }
+
+    /// Makes sure an engine timer event is pending no later than `deadline`
+    /// (and not at `now` again right after a `handle_timeout` at `now`).
+    fn arm(
+        host: &mut EngineHost<A>,
+        stats: &mut DriverStats,
+        net: &mut Fabric,
+        h: HostId,
+        deadline: Time,
+    ) {
+        let now = net.now();
+        let floor = if host.handled_at == Some(now) {
+            now + 1
+        } else {
+            now
+        };
+        if deadline < floor && floor > now {
+            stats.timer_spins += 1;
+        }
+        let d = deadline.max(floor);
+        if host.timer_at.is_none_or(|t| d < t) {
+            host.timer_gen += 1;
+            host.timer_at = Some(d);
+            net.schedule(d, h, KIND_ENGINE, host.timer_gen);
         }
     }
 
@@ -314,6 +346,7 @@ impl<A: App> Engines<A> {
             return;
         }
         host.ep = None;
+        host.idle_until = None;
         host.timer_at = None;
         host.timer_gen += 1;
         net.count_crash(false);
@@ -351,7 +384,18 @@ impl<A: App> Hosts for Engines<A> {
         self.pump(net, h);
     }
 
+    /// The NIC can take more, but the endpoint is asked again only if it may
+    /// have more to release: `poll_transmit` promises nothing new until its
+    /// `poll_timeout()` deadline or another input, and every input is
+    /// followed by a pump that records that deadline.
     fn nic_done(&mut self, net: &mut Fabric, h: HostId) {
+        let now = net.now();
+        if let (Some(d), true) = (self.hosts[h].idle_until, self.skip_idle_polls) {
+            if d.is_none_or(|d| d > now) {
+                self.stats.idle_nic_polls_skipped += 1;
+                return;
+            }
+        }
         self.pump(net, h);
     }
 
@@ -366,12 +410,24 @@ impl<A: App> Hosts for Engines<A> {
                 }
                 host.timer_at = None;
                 let ep = host.ep.as_mut().expect("checked above");
-                if ep.poll_timeout().is_some_and(|d| d <= now) {
-                    self.stats.timeouts += 1;
-                    ep.handle_timeout(now);
-                    host.handled_at = Some(now);
-                } else {
-                    self.stats.idle_timer_events += 1;
+                match ep.poll_timeout() {
+                    Some(d) if d <= now => {
+                        self.stats.timeouts += 1;
+                        ep.handle_timeout(now);
+                        host.handled_at = Some(now);
+                    }
+                    // Early (the deadline moved later since this event was
+                    // set) and nothing to send before the new deadline: a
+                    // pump would only re-arm the timer (see `nic_done`).
+                    deadline if host.idle_until.is_some() && self.skip_idle_polls => {
+                        self.stats.idle_timer_events += 1;
+                        host.idle_until = Some(deadline);
+                        if let Some(d) = deadline {
+                            Self::arm(host, &mut self.stats, net, h, d);
+                        }
+                        return;
+                    }
+                    _ => self.stats.idle_timer_events += 1,
                 }
                 self.pump(net, h);
             }
@@ -427,6 +483,7 @@ impl<A: App> EngineNet<A> {
                 timer_at: None,
                 timer_gen: 0,
                 handled_at: None,
+                idle_until: None,
                 rng: ChaCha8Rng::seed_from_u64(mix(fabric.seed() ^ mix(0xA99 ^ h as u64))),
             });
             fabric.schedule(now, h, KIND_START, 0);
@@ -436,6 +493,7 @@ impl<A: App> EngineNet<A> {
             engines: Engines {
                 hosts,
                 stats: DriverStats::default(),
+                skip_idle_polls: true,
             },
         })
     }
@@ -642,5 +700,65 @@ impl Hasher for MixHasher {
     }
     fn write_u64(&mut self, v: u64) {
         self.0 = mix(self.0 ^ v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apps::{pattern, Reply, TestApp};
+    use crate::faults::FaultConfig;
+    use crate::net::LinkStats;
+
+    /// Echo RPCs of sizes from one packet to many (paced by the engines),
+    /// in waves, among four hosts with some loss and reordering; the trace,
+    /// every counter and the end time.
+    fn run(skip: bool) -> (u64, Time, DriverStats, NetStats, Vec<LinkStats>) {
+        let fabric = Fabric::star(4, 10_000_000_000, 500, 250).with_seed(3);
+        let mut net =
+            EngineNet::uniform(fabric, Config::default(), |_| TestApp::new(Reply::Echo)).unwrap();
+        net.engines.skip_idle_polls = skip;
+        net.enable_trace(true);
+        net.fabric_mut().set_faults(FaultConfig {
+            loss: 0.002,
+            reorder: 0.01,
+            reorder_max_ns: 3_000,
+            ..FaultConfig::NONE
+        });
+        let sizes = [10usize, 1_400, 5_000, 40_000, 300_000];
+        for wave in 0..6u64 {
+            for i in 0..12usize {
+                let (src, dst) = (i % 4, (i + 1 + wave as usize) % 4);
+                if src != dst {
+                    let len = sizes[(i + wave as usize) % sizes.len()];
+                    net.send_request(src, dst, pattern(len, wave * 100 + i as u64))
+                        .unwrap();
+                }
+            }
+            net.run_for(150_000);
+        }
+        net.run_for(200_000_000);
+        let links = (0..net.fabric().n_links())
+            .map(|l| net.fabric().link_stats(l))
+            .collect();
+        (
+            net.fabric().trace_hash(),
+            net.now(),
+            *net.driver_stats(),
+            *net.fabric().stats(),
+            links,
+        )
+    }
+
+    #[test]
+    fn skipping_idle_polls_changes_nothing() {
+        let polled = run(false);
+        let mut skipped = run(true);
+        assert_eq!(polled.2.idle_nic_polls_skipped, 0);
+        assert!(skipped.2.idle_nic_polls_skipped > 100, "{:?}", skipped.2);
+        assert!(skipped.2.datagrams_out > 2_000, "{:?}", skipped.2);
+        assert!(polled.3.delivered > 2_000 && polled.3.injected > polled.3.delivered);
+        skipped.2.idle_nic_polls_skipped = 0;
+        assert_eq!(polled, skipped);
     }
 }

@@ -202,11 +202,34 @@ impl SlotList {
     };
 }
 
-/// An output port. The fields used per packet come first (one cache line),
-/// so that forwarding a packet touches few cache lines; statistics follow.
+/// Per-priority state of a port that changes with every packet: occupancy
+/// and counters, in one cache line.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default)]
+struct PrioStat {
+    q: QueueStat,
+    tx_packets: u64,
+    tx_bytes: u64,
+    drops: u64,
+}
+
+/// An output port, laid out so that a packet passing through touches three
+/// cache lines of it: the first (everything but the queues and statistics),
+/// the queue heads (only when the port is busy) and its priority's
+/// [`PrioStat`]. The static description comes last.
 #[repr(C, align(64))]
 struct Port {
     in_service: u32,
+    /// The sending host if this is a NIC, else `NONE`.
+    from_host: u32,
+    /// `info.to` when it is a host, else `NONE`.
+    to_host: u32,
+    /// `info.to` when it is a switch, else `NONE`.
+    to_switch: u32,
+    /// Wire length and priority of the packet in service (so that its end
+    /// needs no look at the packet).
+    svc_wire: u32,
+    svc_prio: u8,
     /// Bit p set iff `queues[p]` is non-empty.
     nonempty: u8,
     /// Single FIFO instead of strict priorities (e.g. a NIC that ignores them).
@@ -216,22 +239,20 @@ struct Port {
     occupancy: u64,
     /// `info.buffer_limit`, `u64::MAX` for none.
     limit: u64,
-    rate_bps: u64,
     /// Picoseconds per byte when that is a whole number (every common link
     /// rate), else 0: then a packet's time needs no 64-bit division.
     ps_per_byte: u64,
     /// From the end of serialization to arrival: link latency plus the far
     /// node's forwarding latency or receive delay.
     arrive_delay: u64,
-    /// `info.to`.
-    to: Node,
-    /// The sending host if this is a NIC, else `NONE`.
-    from_host: u32,
+    rate_bps: u64,
     queues: [SlotList; PRIORITIES],
-    q: [QueueStat; PRIORITIES],
-    stats: LinkStats,
+    prio: [PrioStat; PRIORITIES],
     info: LinkInfo,
 }
+
+const _: () = assert!(std::mem::offset_of!(Port, queues) == 64);
+const _: () = assert!(std::mem::offset_of!(Port, prio) == 128);
 
 struct HostNode {
     nic: u32,
@@ -434,26 +455,34 @@ impl Fabric {
         };
         self.ports.push(Port {
             in_service: NONE,
+            from_host: match from {
+                Node::Host(h) => h as u32,
+                Node::Switch(_) => NONE,
+            },
+            to_host: match to {
+                Node::Host(h) => h as u32,
+                Node::Switch(_) => NONE,
+            },
+            to_switch: match to {
+                Node::Switch(s) => s as u32,
+                Node::Host(_) => NONE,
+            },
+            svc_wire: 0,
+            svc_prio: 0,
             nonempty: 0,
             fifo: false,
             faulty: false,
             occupancy: 0,
             limit: u64::MAX,
-            rate_bps,
             ps_per_byte: if 8_000_000_000_000 % rate_bps == 0 {
                 8_000_000_000_000 / rate_bps
             } else {
                 0
             },
             arrive_delay: latency_ns + node_delay,
-            to,
-            from_host: match from {
-                Node::Host(h) => h as u32,
-                Node::Switch(_) => NONE,
-            },
+            rate_bps,
             queues: [SlotList::EMPTY; PRIORITIES],
-            q: [QueueStat::default(); PRIORITIES],
-            stats: LinkStats::default(),
+            prio: [PrioStat::default(); PRIORITIES],
             info: LinkInfo {
                 from,
                 to,
@@ -659,7 +688,7 @@ impl Fabric {
             let prio = self.slab[s as usize].priority as usize;
             let port = &mut self.ports[nic as usize];
             port.occupancy -= wire;
-            port.q[prio].sub(now, wire);
+            port.prio[prio].q.sub(now, wire);
             self.free_slot(s);
             n += 1;
         }
@@ -768,15 +797,17 @@ impl Fabric {
         let now = self.now;
         let p = &mut self.ports[port];
         if p.occupancy + wire > p.limit {
-            p.stats.drops[prio] += 1;
+            p.prio[prio].drops += 1;
             self.stats.buffer_drops += 1;
             self.free_slot(slot);
             return false;
         }
         p.occupancy += wire;
-        p.q[prio].add(now, wire);
+        p.prio[prio].q.add(now, wire);
         if p.in_service == NONE {
             p.in_service = slot;
+            p.svc_wire = wire as u32;
+            p.svc_prio = prio as u8;
             let t = now + p.tx_time(wire);
             self.queue.push(t, Ev::TxDone { port: port as u32 });
         } else {
@@ -878,25 +909,28 @@ impl Fabric {
 
     fn tx_done<H: Hosts + ?Sized>(&mut self, port: usize, hosts: &mut H) {
         let now = self.now;
-        let slot = self.ports[port].in_service;
+        let p = &self.ports[port];
+        let slot = p.in_service;
         debug_assert!(slot != NONE);
-        let (wire, prio) = {
-            let sl = &self.slab[slot as usize];
-            (sl.wire_len as u64, sl.priority as usize)
-        };
+        let (wire, prio) = (p.svc_wire as u64, p.svc_prio as usize);
         // Start the next packet before anyone can add to the queue.
         let next = self.pop_highest(port);
-        let next_wire = next.map(|n| self.slab[n as usize].wire_len as u64);
+        let next_svc = next.map(|n| {
+            let sl = &self.slab[n as usize];
+            (sl.wire_len, sl.priority)
+        });
         let p = &mut self.ports[port];
         p.occupancy -= wire;
-        p.q[prio].sub(now, wire);
-        p.stats.tx_packets += 1;
-        p.stats.tx_bytes += wire;
-        p.stats.tx_packets_by_prio[prio] += 1;
+        let ps = &mut p.prio[prio];
+        ps.q.sub(now, wire);
+        ps.tx_packets += 1;
+        ps.tx_bytes += wire;
         p.in_service = NONE;
-        if let (Some(next), Some(next_wire)) = (next, next_wire) {
+        if let (Some(next), Some((next_wire, next_prio))) = (next, next_svc) {
             p.in_service = next;
-            let t = now + p.tx_time(next_wire);
+            p.svc_wire = next_wire;
+            p.svc_prio = next_prio;
+            let t = now + p.tx_time(next_wire as u64);
             self.queue.push(t, Ev::TxDone { port: port as u32 });
         }
         let mut arrival = now + p.arrive_delay;
@@ -943,67 +977,67 @@ impl Fabric {
     }
 
     fn arrive<H: Hosts + ?Sized>(&mut self, port: usize, slot: u32, hosts: &mut H) {
-        match self.ports[port].to {
-            Node::Switch(s) => {
-                let pkt = &self.slab[slot as usize];
-                let sw = &self.switches[s];
-                let (start, len) = sw.routes.get(pkt.dst as usize).copied().unwrap_or((0, 0));
-                if len == 0 {
-                    self.stats.no_route += 1;
-                    self.free_slot(slot);
-                    return;
-                }
-                let pick = if len == 1 {
-                    0
-                } else {
-                    let key = match self.ecmp {
-                        Ecmp::Spray => pkt.uid,
-                        Ecmp::Flow => ((pkt.src as u64) << 32) ^ pkt.dst as u64,
-                    };
-                    (mix(self.seed ^ mix(key ^ ((s as u64) << 40))) % len as u64) as u32
+        let (to_switch, to_host) = (self.ports[port].to_switch, self.ports[port].to_host);
+        if to_switch != NONE {
+            let s = to_switch as usize;
+            let pkt = &self.slab[slot as usize];
+            let sw = &self.switches[s];
+            let (start, len) = sw.routes.get(pkt.dst as usize).copied().unwrap_or((0, 0));
+            if len == 0 {
+                self.stats.no_route += 1;
+                self.free_slot(slot);
+                return;
+            }
+            let pick = if len == 1 {
+                0
+            } else {
+                let key = match self.ecmp {
+                    Ecmp::Spray => pkt.uid,
+                    Ecmp::Flow => ((pkt.src as u64) << 32) ^ pkt.dst as u64,
                 };
-                let out = sw.route_ports[(start + pick) as usize] as usize;
-                self.enqueue(out, slot);
+                (mix(self.seed ^ mix(key ^ ((s as u64) << 40))) % len as u64) as u32
+            };
+            let out = sw.route_ports[(start + pick) as usize] as usize;
+            self.enqueue(out, slot);
+        } else {
+            let h = to_host as HostId;
+            let pkt = self.take_slot(slot);
+            if pkt.dst != h {
+                self.stats.misrouted += 1;
+                self.recycle(pkt.data);
+                return;
             }
-            Node::Host(h) => {
-                let pkt = self.take_slot(slot);
-                if pkt.dst != h {
-                    self.stats.misrouted += 1;
+            if !self.hosts[h].up {
+                self.fault_stats.host_down_drops += 1;
+                self.recycle(pkt.data);
+                return;
+            }
+            if !self.partitions.is_empty() {
+                let now = self.now;
+                if self
+                    .partitions
+                    .iter()
+                    .any(|p| p.blocks(pkt.src, pkt.dst, now))
+                {
+                    self.fault_stats.partitioned += 1;
                     self.recycle(pkt.data);
                     return;
                 }
-                if !self.hosts[h].up {
-                    self.fault_stats.host_down_drops += 1;
-                    self.recycle(pkt.data);
-                    return;
-                }
-                if !self.partitions.is_empty() {
-                    let now = self.now;
-                    if self
-                        .partitions
-                        .iter()
-                        .any(|p| p.blocks(pkt.src, pkt.dst, now))
-                    {
-                        self.fault_stats.partitioned += 1;
-                        self.recycle(pkt.data);
-                        return;
-                    }
-                }
-                self.stats.delivered += 1;
-                self.stats.delivered_bytes += pkt.data.len() as u64;
-                if let Some(t) = self.trace.as_mut() {
-                    for v in [
-                        self.now,
-                        pkt.src as u64,
-                        pkt.dst as u64,
-                        pkt.priority as u64,
-                        fnv(&pkt.data),
-                    ] {
-                        *t = mix(*t ^ v);
-                    }
-                }
-                hosts.deliver(self, h, pkt);
             }
+            self.stats.delivered += 1;
+            self.stats.delivered_bytes += pkt.data.len() as u64;
+            if let Some(t) = self.trace.as_mut() {
+                for v in [
+                    self.now,
+                    pkt.src as u64,
+                    pkt.dst as u64,
+                    pkt.priority as u64,
+                    fnv(&pkt.data),
+                ] {
+                    *t = mix(*t ^ v);
+                }
+            }
+            hosts.deliver(self, h, pkt);
         }
     }
 
@@ -1086,8 +1120,15 @@ impl Fabric {
         &self.fault_stats
     }
 
-    pub fn link_stats(&self, l: LinkId) -> &LinkStats {
-        &self.ports[l].stats
+    pub fn link_stats(&self, l: LinkId) -> LinkStats {
+        let mut st = LinkStats::default();
+        for (p, ps) in self.ports[l].prio.iter().enumerate() {
+            st.tx_packets += ps.tx_packets;
+            st.tx_bytes += ps.tx_bytes;
+            st.tx_packets_by_prio[p] = ps.tx_packets;
+            st.drops[p] = ps.drops;
+        }
+        st
     }
 
     /// Occupancy of a link's output queues since the last stats reset.
@@ -1095,7 +1136,7 @@ impl Fabric {
         let now = self.now;
         let span = now.saturating_sub(self.stats_since);
         let mut r = QueueReport::default();
-        for (p, q) in self.ports[l].q.iter().enumerate() {
+        for (p, q) in self.ports[l].prio.iter().map(|ps| &ps.q).enumerate() {
             let integral = q.integral(now);
             r.avg_bytes[p] = if span == 0 {
                 q.cur as f64
@@ -1114,8 +1155,9 @@ impl Fabric {
         if span == 0 {
             return 0.0;
         }
-        let p = &self.ports[l];
-        p.stats.tx_bytes as f64 * 8.0 * 1e9 / p.info.rate_bps as f64 / span as f64
+        self.link_stats(l).tx_bytes as f64 * 8.0 * 1e9
+            / self.ports[l].info.rate_bps as f64
+            / span as f64
     }
 
     /// Zeroes every counter and restarts the occupancy averages now (for
@@ -1123,9 +1165,12 @@ impl Fabric {
     pub fn reset_stats(&mut self) {
         let now = self.now;
         for p in &mut self.ports {
-            p.stats = LinkStats::default();
-            for q in &mut p.q {
-                q.reset(now);
+            for ps in &mut p.prio {
+                *ps = PrioStat {
+                    q: ps.q,
+                    ..PrioStat::default()
+                };
+                ps.q.reset(now);
             }
         }
         self.stats = NetStats::default();

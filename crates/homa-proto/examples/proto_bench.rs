@@ -9,7 +9,7 @@
 //!   unanswered, as the simulator does); ns of both engines' work per
 //!   1472-byte DATA packet, GRANTs included.
 //!
-//! `cargo run --release -p homa-proto --example engine_bench -- [checksum] [rtt|stream]`
+//! `cargo run --release -p homa-proto --example proto_bench -- [checksum] [rtt|stream]`
 
 use bytes::Bytes;
 use homa_proto::{Config, Endpoint, Event};

@@ -207,6 +207,9 @@ pub struct Endpoint {
     /// Inside `poll_transmit_split`: DATA payloads are returned, not copied.
     pub(crate) split_mode: bool,
     pub(crate) split_payload: Option<Bytes>,
+    /// Set by `poll_transmit` when it sent new DATA of this RPC (chosen by
+    /// SRPT), so that `poll_transmit_burst` may continue the run.
+    pub(crate) burst_key: Option<RpcKey>,
 }
 
 fn splitmix64(mut x: u64) -> u64 {
@@ -270,6 +273,7 @@ impl Endpoint {
             last_now: now,
             split_mode: false,
             split_payload: None,
+            burst_key: None,
             metrics: Metrics::default(),
             config,
         };

@@ -63,4 +63,5 @@ pub use endpoint::{
     Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Time, Transmit,
 };
 pub use metrics::{DropReason, Metrics};
+pub use outgoing::Burst;
 pub use pool::{Message, BPAGE_SIZE};

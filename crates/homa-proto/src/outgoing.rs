@@ -8,6 +8,29 @@ use crate::rpc::RpcKey;
 use crate::wire::{self, Body, CommonHeader, DataHeader, PacketType};
 use std::net::SocketAddr;
 
+/// A run of packets from [`Endpoint::poll_transmit_burst`]: `count` packets
+/// to `dest` at `priority`, whose headers (`header_len` bytes each) are in the
+/// caller's buffer back to back and whose payloads are consecutive
+/// `segment`-byte pieces of `payload` (the last piece may be shorter).
+#[derive(Clone, Debug)]
+pub struct Burst {
+    pub dest: SocketAddr,
+    pub priority: u8,
+    pub count: usize,
+    pub header_len: usize,
+    pub segment: usize,
+    pub payload: bytes::Bytes,
+}
+
+impl Burst {
+    /// The payload of packet `i` (< `count`).
+    pub fn payload_of(&self, i: usize) -> &[u8] {
+        let start = (i * self.segment).min(self.payload.len());
+        let end = ((i + 1) * self.segment).min(self.payload.len());
+        &self.payload[start..end]
+    }
+}
+
 impl Endpoint {
     /// Puts RPC `key`'s outgoing message into the SRPT sets if it has bytes to
     /// send, or takes it out if not, keyed by its current remaining bytes.
@@ -96,8 +119,23 @@ impl Endpoint {
             }
             first
         };
+        let t = self.send_chosen(now, key, first, false, buf);
+        self.burst_key = Some(key);
+        Some(t)
+    }
+
+    /// Sends the next new packet of `key`, chosen when `first` headed the
+    /// SRPT order, and accrues the FIFO share's credit.
+    fn send_chosen(
+        &mut self,
+        now: Time,
+        key: RpcKey,
+        first: RpcKey,
+        headers_only: bool,
+        buf: &mut Vec<u8>,
+    ) -> Transmit {
         let competing = self.sendable_by_age.len() > 1;
-        let t = self.send_data(now, key, buf);
+        let t = self.send_data(now, key, headers_only, buf);
         if key == first && competing {
             // Credit accrues only while another message waits, and never
             // beyond two packets' worth: the FIFO share is a trickle, not a
@@ -107,7 +145,105 @@ impl Endpoint {
                 + t.len as u64 * self.config.pacer_fifo_permille as u64)
                 .min(cap);
         }
-        Some(t)
+        t
+    }
+
+    /// Whether the packet [`Self::poll_transmit`] would send next is the next
+    /// new packet of `key` (so a burst may go on): no control packet or
+    /// retransmission comes first, `key` still heads the SRPT order and the
+    /// FIFO share does not pick another message, and the pacer lets it go.
+    fn burst_continues(&self, now: Time, key: RpcKey) -> bool {
+        if !self.control.is_empty() {
+            return false;
+        }
+        let pacer_open = self.nic_idle_at <= now.saturating_add(self.max_nic_queue_ns);
+        if pacer_open && !self.retx_queue.is_empty() {
+            return false;
+        }
+        let Some(&(_, _, first)) = self.sendable.first() else {
+            return false;
+        };
+        if first != key {
+            return false;
+        }
+        if pacer_open {
+            let oldest = self.sendable_by_age.first().unwrap().1;
+            oldest == first || self.pacer_fifo_credit < 1000 * self.data_per_packet as u64
+        } else {
+            let out = self.rpcs[key as usize]
+                .as_ref()
+                .unwrap()
+                .out
+                .as_ref()
+                .unwrap();
+            out.len <= self.config.pacer_bypass_bytes
+        }
+    }
+
+    /// Like [`Self::poll_transmit_split`], but when the next packet is new
+    /// DATA, goes on with the same message's following packets (up to
+    /// `max_packets` in all) for as long as [`Self::poll_transmit`] would
+    /// have chosen them one by one: the same packets, in the same order,
+    /// with the same pacing, for one SRPT decision and one payload handle
+    /// instead of one per packet. `buf` receives the packets' headers back
+    /// to back, `header_len` bytes each; the payload of packet `i` is
+    /// `payload[i * segment..]`, `segment` bytes except for the last packet.
+    /// A control packet or a retransmission comes alone (`count` 1,
+    /// `header_len` its whole encoding, plus its payload if it is DATA).
+    /// Drivers use it to fill one UDP GSO send per call.
+    pub fn poll_transmit_burst(
+        &mut self,
+        now: Time,
+        max_packets: usize,
+        buf: &mut Vec<u8>,
+    ) -> Option<Burst> {
+        self.burst_key = None;
+        let (t, payload) = self.poll_transmit_split(now, buf)?;
+        let mut burst = Burst {
+            dest: t.dest,
+            priority: t.priority,
+            count: 1,
+            header_len: buf.len(),
+            segment: payload.len(),
+            payload,
+        };
+        let Some(key) = self.burst_key.take() else {
+            return Some(burst);
+        };
+        let start = {
+            let out = self.rpcs[key as usize]
+                .as_ref()
+                .unwrap()
+                .out
+                .as_ref()
+                .unwrap();
+            // The first packet ended at next_offset; it began one packet earlier.
+            out.next_offset as usize - burst.segment
+        };
+        // Only full packets may be followed (GSO: every segment but the last
+        // has the same size).
+        while burst.count < max_packets
+            && burst.segment == self.data_per_packet as usize
+            && self.burst_continues(now, key)
+        {
+            let t = self.send_chosen(now, key, key, true, buf);
+            debug_assert_eq!(t.dest, burst.dest);
+            debug_assert_eq!(t.priority, burst.priority);
+            burst.count += 1;
+            if t.len - burst.header_len < self.data_per_packet as usize {
+                break;
+            }
+        }
+        if burst.count > 1 {
+            let out = self.rpcs[key as usize]
+                .as_ref()
+                .unwrap()
+                .out
+                .as_ref()
+                .unwrap();
+            burst.payload = out.data.slice(start..out.next_offset as usize);
+        }
+        Some(burst)
     }
 
     /// The GRANT a queued `GrantFor(key)` stands for now, and the peer's key,
@@ -162,6 +298,7 @@ impl Endpoint {
         offset: u32,
         limit: u32,
         priority: Option<u8>,
+        headers_only: bool,
         buf: &mut Vec<u8>,
     ) -> Transmit {
         let rpc = self.rpcs[key as usize].as_ref().unwrap();
@@ -199,7 +336,12 @@ impl Endpoint {
         };
         let payload = &out.data[offset as usize..end as usize];
         let body = Body::Data { header, payload };
-        let len = if self.split_mode {
+        let len = if headers_only {
+            // A later packet of a burst: its payload is part of the burst's.
+            let before = buf.len();
+            wire::encode_headers(buf, &common, &body, self.config.checksum);
+            buf.len() - before + payload.len()
+        } else if self.split_mode {
             wire::encode_headers(buf, &common, &body, self.config.checksum);
             let len = buf.len() + payload.len();
             self.split_payload = Some(out.data.slice(offset as usize..end as usize));
@@ -230,7 +372,13 @@ impl Endpoint {
     }
 
     /// Sends the next new packet of RPC `key`.
-    fn send_data(&mut self, now: Time, key: RpcKey, buf: &mut Vec<u8>) -> Transmit {
+    fn send_data(
+        &mut self,
+        now: Time,
+        key: RpcKey,
+        headers_only: bool,
+        buf: &mut Vec<u8>,
+    ) -> Transmit {
         let out = self.rpcs[key as usize]
             .as_ref()
             .unwrap()
@@ -238,7 +386,7 @@ impl Endpoint {
             .as_ref()
             .unwrap();
         let (offset, len) = (out.next_offset, out.len);
-        let t = self.encode_data(now, key, offset, len, None, buf);
+        let t = self.encode_data(now, key, offset, len, None, headers_only, buf);
         let next = (offset + self.data_per_packet).min(len);
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
         let birth = rpc.birth;
@@ -259,7 +407,7 @@ impl Endpoint {
     /// Sends one packet of RPC `key`'s pending retransmission, if it has one.
     fn send_retransmit(&mut self, now: Time, key: RpcKey, buf: &mut Vec<u8>) -> Option<Transmit> {
         let (start, end, priority) = self.rpcs.get(key as usize)?.as_ref()?.out.as_ref()?.retx?;
-        let t = self.encode_data(now, key, start, end, Some(priority), buf);
+        let t = self.encode_data(now, key, start, end, Some(priority), false, buf);
         let sent = (start + self.data_per_packet).min(end);
         let out = self.rpc(key).out.as_mut().unwrap();
         out.retx = (sent < end).then_some((sent, end, priority));
@@ -365,6 +513,94 @@ impl Endpoint {
         }
         if regrant {
             self.requeue_out(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, Endpoint};
+    use bytes::Bytes;
+    use std::net::SocketAddr;
+
+    type Datagram = (SocketAddr, u8, Vec<u8>);
+
+    fn endpoint(cfg: &Config) -> Endpoint {
+        let mut ep = Endpoint::new(cfg.clone(), 0).unwrap();
+        let p1: SocketAddr = "10.0.0.2:4000".parse().unwrap();
+        let p2: SocketAddr = "10.0.0.3:4000".parse().unwrap();
+        let body = |n: usize| Bytes::from((0..n).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>());
+        ep.send_request(0, p1, body(500_000)).unwrap();
+        ep.send_request(0, p2, body(3_000)).unwrap();
+        ep.send_request(0, p1, body(200_000)).unwrap();
+        ep.send_request(0, p2, body(0)).unwrap();
+        ep
+    }
+
+    /// Every datagram sent over `steps` time steps, polled one at a time.
+    fn one_by_one(cfg: &Config, steps: u64) -> Vec<Datagram> {
+        let mut ep = endpoint(cfg);
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        for step in 0..steps {
+            let now = step * 700;
+            while let Some(t) = ep.poll_transmit(now, &mut buf) {
+                out.push((t.dest, t.priority, buf.clone()));
+            }
+        }
+        out
+    }
+
+    /// The same, polled in bursts of at most `max`; also returns how many
+    /// bursts carried more than one packet.
+    fn in_bursts(cfg: &Config, steps: u64, max: usize) -> (Vec<Datagram>, usize) {
+        let mut ep = endpoint(cfg);
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        let mut multi = 0;
+        for step in 0..steps {
+            let now = step * 700;
+            while let Some(b) = ep.poll_transmit_burst(now, max, &mut buf) {
+                assert!(b.count >= 1 && b.count <= max);
+                assert_eq!(buf.len(), b.count * b.header_len);
+                multi += (b.count > 1) as usize;
+                for i in 0..b.count {
+                    let mut d = buf[i * b.header_len..(i + 1) * b.header_len].to_vec();
+                    d.extend_from_slice(b.payload_of(i));
+                    if i + 1 < b.count {
+                        assert_eq!(b.payload_of(i).len(), b.segment);
+                    }
+                    out.push((b.dest, b.priority, d));
+                }
+            }
+        }
+        (out, multi)
+    }
+
+    #[test]
+    fn bursts_send_exactly_what_single_polls_send() {
+        for (queue_ns, checksum, fifo) in [
+            (None, true, 50),
+            (Some(20_000), true, 50),
+            (Some(20_000), false, 0),
+            (Some(200_000), false, 500),
+        ] {
+            let cfg = Config {
+                max_nic_queue_ns: queue_ns,
+                checksum,
+                pacer_fifo_permille: fifo,
+                ..Config::default()
+            };
+            let single = one_by_one(&cfg, 2_000);
+            for max in [1, 2, 7, 64] {
+                let (burst, multi) = in_bursts(&cfg, 2_000, max);
+                assert_eq!(burst.len(), single.len(), "{queue_ns:?} max {max}");
+                assert!(burst == single, "{queue_ns:?} {checksum} max {max}");
+                if max > 1 && queue_ns.is_some() {
+                    assert!(multi > 0, "no multi-packet burst with {queue_ns:?}");
+                }
+            }
+            assert!(single.len() > 40, "{}", single.len());
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::socket::{
     Faults, FlushOutcome, RecvOutcome, RxBatch, SocketOptions, SocketStats, TxQueue, UdpSocket,
+    GSO_MAX_SEGMENTS,
 };
 use crate::sys::{monotonic_ns, ppoll, set_timer_slack_ns, EventFd};
 use crate::timetrace;
@@ -932,18 +933,22 @@ impl Shared {
                 self.tx_pending.store(true, SeqCst);
                 return;
             }
+            // A run of packets of one message at a time: one SRPT decision
+            // and one payload handle per GSO send instead of per packet.
+            let room = tx.room().min(GSO_MAX_SEGMENTS);
             let buf = tx.next_buf();
-            let Some((t, payload)) = engine.poll_transmit_split(now, buf) else {
+            let Some(burst) = engine.poll_transmit_burst(now, room, buf) else {
                 break;
             };
-            let head_len = buf.len();
-            if let Some(f) = faults.as_mut() {
-                if f.drop_tx() {
-                    stats.injected_tx_drops += 1;
-                    continue;
-                }
+            let tos = self.cfg.tos(burst.priority);
+            match faults.as_mut() {
+                Some(f) => tx.commit_burst(burst, tos, |_| {
+                    let drop = f.drop_tx();
+                    stats.injected_tx_drops += drop as u64;
+                    !drop
+                }),
+                None => tx.commit_burst(burst, tos, |_| true),
             }
-            tx.commit_split(t.dest, self.cfg.tos(t.priority), head_len, payload);
         }
         let blocked =
             tx.pending() > 0 && tx.flush(&self.sock, stats, errors) == FlushOutcome::WouldBlock;

@@ -22,7 +22,7 @@ const UDP_GRO: libc::c_int = 104;
 /// Receive buffer per datagram: the largest (GRO-coalesced) UDP payload.
 pub(crate) const RX_BUF_SIZE: usize = 65_536;
 /// Most packets in one GSO send (the kernel's limit is 64 on older kernels).
-const GSO_MAX_SEGMENTS: usize = 64;
+pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
 /// Most payload bytes in one GSO send (one IP datagram before segmentation).
 const GSO_MAX_BYTES: usize = 65_000;
 /// Most `mmsghdr`s handed to one `sendmmsg`.
@@ -447,15 +447,19 @@ fn gro_segment_size(hdr: &libc::msghdr) -> Option<usize> {
     None
 }
 
-/// One queued packet.
+/// One queued packet: its headers are `bufs[buf][head_at..head_at + head_len]`
+/// and its payload `payloads[payload][pay_at..pay_at + len - head_len]`.
 #[derive(Clone, Copy, Debug)]
 struct TxMeta {
     dest: SocketAddr,
     tos: u8,
-    /// Whole datagram: headers in the packet buffer plus the payload slice.
+    /// Whole datagram: headers plus payload.
     len: usize,
-    /// Bytes of the datagram in the packet buffer (the rest is `payloads[i]`).
-    head_len: usize,
+    head_len: u32,
+    buf: u32,
+    head_at: u32,
+    payload: u32,
+    pay_at: u32,
 }
 
 /// Result of a flush.
@@ -469,10 +473,12 @@ pub(crate) enum FlushOutcome {
 
 /// Packets waiting to be sent, and the scratch space to send them.
 pub(crate) struct TxQueue {
+    /// Header buffers, one per queued burst (`used_bufs` of them in use).
     bufs: Vec<Vec<u8>>,
+    used_bufs: usize,
     meta: Vec<TxMeta>,
-    /// Payload of each queued packet, sent from the message's own memory
-    /// (no copy into the packet buffer); empty for control packets.
+    /// Payload of each queued burst, sent from the message's own memory (no
+    /// copy into a packet buffer); empty for control packets.
     payloads: Vec<bytes::Bytes>,
     head: usize,
     capacity: usize,
@@ -494,6 +500,7 @@ impl TxQueue {
         let capacity = capacity.max(1);
         TxQueue {
             bufs: Vec::new(),
+            used_bufs: 0,
             meta: Vec::with_capacity(capacity),
             payloads: Vec::with_capacity(capacity),
             head: 0,
@@ -513,38 +520,68 @@ impl TxQueue {
     pub(crate) fn is_full(&self) -> bool {
         self.meta.len() >= self.capacity
     }
-    /// The buffer the next packet should be written into.
+    /// Packets that may still be queued before a flush is needed.
+    pub(crate) fn room(&self) -> usize {
+        self.capacity.saturating_sub(self.meta.len())
+    }
+    /// The buffer the next packet's (or burst's) headers go into.
     pub(crate) fn next_buf(&mut self) -> &mut Vec<u8> {
-        let i = self.meta.len();
+        let i = self.used_bufs;
         if i == self.bufs.len() {
             self.bufs.push(Vec::with_capacity(self.packet_size));
         }
         &mut self.bufs[i]
     }
-    /// Queues the packet just written into [`Self::next_buf`].
+    /// Queues the whole packet just written into [`Self::next_buf`].
     #[cfg(test)]
     pub(crate) fn commit(&mut self, dest: SocketAddr, tos: u8, len: usize) {
-        self.commit_split(dest, tos, len, bytes::Bytes::new());
+        self.commit_burst(
+            homa_proto::Burst {
+                dest,
+                priority: 0,
+                count: 1,
+                header_len: len,
+                segment: 0,
+                payload: bytes::Bytes::new(),
+            },
+            tos,
+            |_| true,
+        );
     }
 
-    /// Queues the packet whose headers were just written into
-    /// [`Self::next_buf`] (`head_len` bytes) and whose payload is `payload`.
-    pub(crate) fn commit_split(
+    /// Queues the packets of `burst`, whose headers were just written into
+    /// [`Self::next_buf`], except those `keep(i)` refuses (fault injection).
+    pub(crate) fn commit_burst(
         &mut self,
-        dest: SocketAddr,
+        burst: homa_proto::Burst,
         tos: u8,
-        head_len: usize,
-        payload: bytes::Bytes,
+        mut keep: impl FnMut(usize) -> bool,
     ) {
-        let i = self.meta.len();
-        debug_assert!(i < self.bufs.len() && self.bufs[i].len() >= head_len);
-        self.meta.push(TxMeta {
-            dest,
-            tos,
-            len: head_len + payload.len(),
-            head_len,
-        });
-        self.payloads.push(payload);
+        let buf = self.used_bufs;
+        debug_assert!(self.bufs[buf].len() >= burst.count * burst.header_len);
+        let payload = self.payloads.len() as u32;
+        let mut kept = false;
+        for i in 0..burst.count {
+            if !keep(i) {
+                continue;
+            }
+            kept = true;
+            let pay_len = burst.payload_of(i).len();
+            self.meta.push(TxMeta {
+                dest: burst.dest,
+                tos,
+                len: burst.header_len + pay_len,
+                head_len: burst.header_len as u32,
+                buf: buf as u32,
+                head_at: (i * burst.header_len) as u32,
+                payload,
+                pay_at: (i * burst.segment) as u32,
+            });
+        }
+        if kept {
+            self.used_bufs += 1;
+            self.payloads.push(burst.payload);
+        }
     }
 
     /// Hands queued packets to the kernel. Destinations the kernel calls
@@ -630,6 +667,7 @@ impl TxQueue {
         }
         self.meta.clear();
         self.payloads.clear();
+        self.used_bufs = 0;
         self.head = 0;
         FlushOutcome::Done
     }
@@ -667,16 +705,20 @@ impl TxQueue {
         for (g, &(a, b)) in self.groups.iter().enumerate() {
             let before = self.iovs.len();
             for k in a..b {
+                let m = self.meta[k];
+                let head_len = m.head_len as usize;
                 self.iovs.push(libc::iovec {
-                    iov_base: self.bufs[k].as_mut_ptr() as *mut libc::c_void,
-                    iov_len: self.meta[k].head_len,
+                    iov_base: self.bufs[m.buf as usize][m.head_at as usize..].as_mut_ptr()
+                        as *mut libc::c_void,
+                    iov_len: head_len,
                 });
-                let p = &self.payloads[k];
-                if !p.is_empty() {
+                let pay_len = m.len - head_len;
+                if pay_len > 0 {
+                    let p = &self.payloads[m.payload as usize][m.pay_at as usize..];
                     // The kernel only reads through this pointer.
                     self.iovs.push(libc::iovec {
                         iov_base: p.as_ptr() as *mut libc::c_void,
-                        iov_len: p.len(),
+                        iov_len: pay_len,
                     });
                 }
             }

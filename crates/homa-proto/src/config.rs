@@ -75,8 +75,14 @@ pub struct Config {
     pub max_peers: usize,
     /// Receive pool size in bytes.
     pub pool_bytes: usize,
-    /// Compute and require packet checksums (CRC-32C).
+    /// Compute a checksum (CRC-32C) for every packet we send. Independent of
+    /// it, a received packet that carries a checksum is always verified, so
+    /// endpoints with different settings still talk to each other.
     pub checksum: bool,
+    /// Also drop received packets that carry no checksum (field 0). Off by
+    /// default: a peer that does not compute checksums is still heard. Tests
+    /// that inject corruption set it, so that no corrupted packet gets by.
+    pub require_checksum: bool,
     /// Simulation only: reserve pool space and track every byte as usual, but
     /// do not copy payloads into the pool, so delivered messages have the
     /// right length and unspecified contents. Spares a simulator of thousands
@@ -127,6 +133,7 @@ impl Default for Config {
             max_peers: 10_000,
             pool_bytes: 64 << 20,
             checksum: true,
+            require_checksum: false,
             discard_payload: false,
             rpc_id_seed: 1,
         }

@@ -454,7 +454,9 @@ impl Endpoint {
         if self.shut_down {
             return;
         }
-        if self.config.checksum && !wire::verify_checksum(datagram, true) {
+        // A checksum that is present is always checked; an absent one is
+        // refused only if we require checksums (see `Config::checksum`).
+        if !wire::verify_checksum(datagram, self.config.require_checksum) {
             self.metrics.drop(DropReason::BadChecksum);
             return;
         }

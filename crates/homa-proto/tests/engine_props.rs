@@ -306,6 +306,11 @@ fn garbage_with_checksums_on_is_counted_and_dropped() {
 
 /// A one-packet request of 100 bytes, RPC `id`, as a client would send it.
 fn request_datagram(id: u64) -> Vec<u8> {
+    request_datagram_with(id, false)
+}
+
+/// [`request_datagram`], with a checksum if `checksum`.
+fn request_datagram_with(id: u64, checksum: bool) -> Vec<u8> {
     let mut out = Vec::new();
     let common = CommonHeader {
         from_client: true,
@@ -325,8 +330,48 @@ fn request_datagram(id: u64) -> Vec<u8> {
         header,
         payload: &[5u8; 100],
     };
-    wire::encode(&mut out, &common, &body, false);
+    wire::encode(&mut out, &common, &body, checksum);
     out
+}
+
+/// The receive rule: a checksum that is present is always verified, whatever
+/// the receiver's own `checksum` setting; an absent one is accepted unless
+/// `require_checksum` is set.
+#[test]
+fn checksums_are_verified_when_present_and_required_only_on_request() {
+    let delivered = |config: Config, datagram: &[u8]| {
+        let mut ep = Endpoint::new(config, 0).unwrap();
+        ep.handle_datagram(10, addr(1), datagram);
+        let got = matches!(ep.poll_event(), Some(Event::Request { .. }));
+        (got, ep.metrics().drops(DropReason::BadChecksum))
+    };
+    let on = Config::default();
+    assert!(on.checksum && !on.require_checksum);
+    let off = Config {
+        checksum: false,
+        ..Config::default()
+    };
+    let required = Config {
+        require_checksum: true,
+        ..Config::default()
+    };
+    let plain = request_datagram_with(7, false);
+    let summed = request_datagram_with(7, true);
+    // A checksum-less packet (a peer with checksums off) is heard by default.
+    assert_eq!(delivered(on.clone(), &plain), (true, 0));
+    assert_eq!(delivered(off.clone(), &plain), (true, 0));
+    assert_eq!(delivered(required.clone(), &plain), (false, 1));
+    for config in [&on, &off, &required] {
+        assert_eq!(delivered(config.clone(), &summed), (true, 0));
+    }
+    // A corrupted payload byte: the packet still decodes, only the checksum
+    // catches it, even at a receiver that computes none itself.
+    let mut bad = summed.clone();
+    *bad.last_mut().unwrap() ^= 0x10;
+    assert!(wire::decode(&bad).is_ok());
+    for config in [on, off, required] {
+        assert_eq!(delivered(config, &bad), (false, 1));
+    }
 }
 
 #[test]

@@ -154,6 +154,39 @@ fn echo_various_sizes() {
     }
 }
 
+/// A client that sends no checksums and a server that does (the engine's
+/// default) still talk: each verifies only checksums that are present.
+#[test]
+fn endpoints_with_and_without_checksums_interoperate() {
+    let mut link = Link::new(2, Config::default());
+    link.eps[0] = Endpoint::new(
+        Config {
+            checksum: false,
+            rpc_id_seed: 100,
+            ..Config::default()
+        },
+        0,
+    )
+    .unwrap();
+    let mut expect = BTreeMap::new();
+    for (n, s) in [100usize, 5000, 200_000].into_iter().enumerate() {
+        let data = pattern(n as u64, s);
+        let id = link.eps[0]
+            .send_request(0, link.addrs[1], data.clone())
+            .unwrap();
+        expect.insert(id.0, data);
+    }
+    let mut results = Vec::new();
+    link.run(1_000_000_000, &mut echo_app(&mut results));
+    assert_eq!(results.len(), expect.len());
+    for (id, data) in results {
+        assert_eq!(&data[..], &expect[&id][..]);
+    }
+    for e in &link.eps {
+        assert_eq!(e.metrics().total_drops(), 0);
+    }
+}
+
 #[test]
 fn echo_with_loss() {
     let mut link = Link::new(3, Config::default());

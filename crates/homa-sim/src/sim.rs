@@ -402,7 +402,8 @@ struct Shared {
     completions: Vec<Completion>,
     /// Client RPCs to cancel (their request was delivered).
     cancels: Vec<(HostId, RpcId)>,
-    best: HashMap<(u32, bool), u64>,
+    /// Best-case latency by `size << 1 | core`.
+    best: HashMap<u64, u64, IdHash>,
     delivered_bytes: u64,
     server_rpcs_abandoned: u64,
     measured_done: u64,
@@ -411,12 +412,11 @@ struct Shared {
 }
 
 impl Shared {
-    fn best_case(&mut self, size: u32, src: HostId, dst: HostId) -> u64 {
-        let core = self.topology.crosses_core(src, dst);
+    fn best_case(&mut self, size: u32, core: bool) -> u64 {
         let (t, mps, paths) = (&self.topology, self.max_packet_size, &self.paths);
         *self
             .best
-            .entry((size, core))
+            .entry((size as u64) << 1 | core as u64)
             .or_insert_with(|| t.best_case_ns(&paths[core as usize], size, mps))
     }
 }
@@ -441,8 +441,8 @@ impl App for SimApp {
                         sh.cancels.push((s, RpcId(rpc.id)));
                         sh.server_rpcs_abandoned += 1;
                         if p.measured {
-                            let best = sh.best_case(p.size, s, ctx.host());
                             let core = sh.topology.crosses_core(s, ctx.host());
+                            let best = sh.best_case(p.size, core);
                             sh.completions.push(Completion {
                                 size: p.size,
                                 latency_ns: now - p.start,
@@ -485,7 +485,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         outstanding: (0..n).map(|_| HashMap::default()).collect(),
         completions: Vec::new(),
         cancels: Vec::new(),
-        best: HashMap::new(),
+        best: HashMap::default(),
         delivered_bytes: 0,
         server_rpcs_abandoned: 0,
         measured_done: 0,
@@ -504,7 +504,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         },
     )
     .expect("engine configuration is valid");
-    let zeros = Bytes::from(vec![0u8; spec.workload.max_len() as usize]);
+    let zeros = static_zeros(spec.workload.max_len() as usize);
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x5EED_A551));
 
     // Arrival process.
@@ -630,7 +630,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
                 next_at_ns = next_at.round() as Time;
             }
             for &(src, dst, size, measured) in &msgs {
-                let payload = zeros.slice(0..size as usize);
+                let payload = Bytes::from_static(&zeros[..size as usize]);
                 let id = net
                     .send_request(src, dst, payload)
                     .expect("the engine accepts every generated message");
@@ -840,8 +840,8 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
             table.top_percent()
         },
         overall: table.overall(),
-        d1_same_switch: d1_by_path(&sh.completions, false),
-        d1_through_core: d1_by_path(&sh.completions, true),
+        d1_same_switch: d1_by_path(&sh.completions, &table, false),
+        d1_through_core: d1_by_path(&sh.completions, &table, true),
         events_per_second: events as f64 / wall_seconds.max(1e-9),
         events_per_cpu_second: events as f64 / cpu_seconds.max(1e-9),
         cpu_seconds,
@@ -861,8 +861,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
 }
 
 /// The smallest decile's messages on one class of path.
-fn d1_by_path(all: &[Completion], core: bool) -> Option<Group> {
-    let table = SlowdownTable::new(all);
+fn d1_by_path(all: &[Completion], table: &SlowdownTable, core: bool) -> Option<Group> {
     let max = table.deciles().first()?.max_size;
     // Messages of the smallest decile's sizes (ties at its upper size all
     // included), restricted to the path class.
@@ -973,6 +972,21 @@ impl std::hash::Hasher for IdHasher {
         // bit; the low bits (the bucket) stay distinct for sequential ids.
         self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
+}
+
+/// At least `len` zero bytes that live for the whole process, so that message
+/// payloads are static `Bytes` (a slice of a shared buffer would count
+/// references atomically for every message). One buffer for all runs, replaced
+/// by a larger one when a run needs more; the smaller ones stay allocated
+/// (earlier runs may still use them), at most as much again as the largest.
+/// Nobody writes them, so their pages are never made resident.
+fn static_zeros(len: usize) -> &'static [u8] {
+    static ZEROS: std::sync::Mutex<&'static [u8]> = std::sync::Mutex::new(&[]);
+    let mut z = ZEROS.lock().unwrap_or_else(|e| e.into_inner());
+    if z.len() < len {
+        *z = Box::leak(vec![0u8; len.max(2 * z.len())].into_boxed_slice());
+    }
+    *z
 }
 
 /// Receive-pool space reserved on all hosts (whole bpages).

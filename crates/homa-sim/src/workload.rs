@@ -40,6 +40,10 @@ pub struct Workload {
     /// `cumulative[i]` = sum of weights of points `0..=i`, normalised so the
     /// last entry is exactly 1.
     cumulative: Vec<f64>,
+    /// `guide[k]` = the first `i` with `cumulative[i] > k / guide.len()`
+    /// (a power of two, so the bucket of `u` is exact): a sample starts its
+    /// search there instead of bisecting all points, same result.
+    guide: Vec<u32>,
     /// Lengths above this were replaced by it (`None`: uncapped).
     pub cap: Option<u32>,
 }
@@ -163,10 +167,18 @@ impl Workload {
         for p in &mut merged {
             p.1 /= total;
         }
+        let buckets = (4 * merged.len()).next_power_of_two();
+        let guide = (0..buckets)
+            .map(|k| {
+                let lo = k as f64 / buckets as f64;
+                cumulative.partition_point(|&c| c <= lo) as u32
+            })
+            .collect();
         Ok(Workload {
             name,
             points: merged,
             cumulative,
+            guide,
             cap: None,
         })
     }
@@ -200,10 +212,20 @@ impl Workload {
 
     /// Draws one message length.
     pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> u32 {
-        let u: f64 = rng.gen();
-        // First point whose cumulative probability exceeds u.
-        let i = self.cumulative.partition_point(|&c| c <= u);
-        self.points[i.min(self.points.len() - 1)].0
+        self.points[self.point_at(rng.gen())].0
+    }
+
+    /// Index of the first point whose cumulative probability exceeds `u`
+    /// (in `[0, 1)`), or the last point. Every point before `guide[k]` has
+    /// cumulative <= k / buckets <= u (exact, as the bucket count is a power
+    /// of two), so the search starts there.
+    fn point_at(&self, u: f64) -> usize {
+        let k = (u * self.guide.len() as f64) as usize;
+        let mut i = self.guide[k.min(self.guide.len() - 1)] as usize;
+        while i < self.cumulative.len() && self.cumulative[i] <= u {
+            i += 1;
+        }
+        i.min(self.points.len() - 1)
     }
 
     /// Probability that a message is at most `len` bytes long.
@@ -309,6 +331,35 @@ mod tests {
         };
         assert_eq!(draw(7), draw(7));
         assert_ne!(draw(7), draw(8));
+    }
+
+    #[test]
+    fn guided_sampling_equals_bisection() {
+        for name in ["w1", "w2", "w3", "w4", "w5"] {
+            let w = Workload::builtin(name).unwrap();
+            let bisect = |u: f64| {
+                let i = w.cumulative.partition_point(|&c| c <= u);
+                i.min(w.points.len() - 1)
+            };
+            // Every bucket edge and every cumulative value, just below, at
+            // and just above, plus random draws.
+            let n = w.guide.len();
+            let mut us: Vec<f64> = (0..n).map(|k| k as f64 / n as f64).collect();
+            us.extend(w.cumulative.iter().copied());
+            let mut rng = ChaCha8Rng::seed_from_u64(9);
+            us.extend((0..20_000).map(|_| rng.gen::<f64>()));
+            for u in us {
+                let (below, above) = (
+                    f64::from_bits(u.to_bits().saturating_sub(1)),
+                    f64::from_bits(u.to_bits() + 1),
+                );
+                for v in [u, below, above] {
+                    if (0.0..1.0).contains(&v) {
+                        assert_eq!(w.point_at(v), bisect(v), "{name} u={v}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -195,10 +195,6 @@ struct EngineHost<A> {
     timer_gen: u64,
     /// Last time `handle_timeout` ran (spin guard).
     handled_at: Option<Time>,
-    /// The endpoint's `poll_timeout()` at the end of the last pump, if that
-    /// pump left it with nothing to send now (`Some(None)`: no deadline);
-    /// `None` if it may have more (the pump stopped at `MAX_BURST`).
-    idle_until: Option<Option<Time>>,
     rng: ChaCha8Rng,
 }
 
@@ -206,6 +202,12 @@ struct EngineHost<A> {
 struct Engines<A> {
     hosts: Vec<EngineHost<A>>,
     stats: DriverStats,
+    /// Per host: the endpoint needs polling again only from this time on
+    /// (without other input): its `poll_timeout()` when the last pump left
+    /// it with nothing to send, `Time::MAX` if it had no deadline, 0 if it
+    /// may have more (the pump stopped at `MAX_BURST`, or the host is down).
+    /// Apart from the hosts, so that a NIC completion reads one small array.
+    poll_due: Vec<Time>,
     /// Skip polls that cannot yield anything (see `nic_done`); tests turn
     /// it off to check that skipping changes nothing.
     skip_idle_polls: bool,
@@ -262,7 +264,7 @@ impl<A: App> Engines<A> {
         let Some(ep) = host.ep.as_mut() else {
             return;
         };
-        host.idle_until = None;
+        let mut drained = false;
         for _ in 0..MAX_BURST {
             let mut buf = net.take_buf();
             match ep.poll_transmit(now, &mut buf) {
@@ -282,15 +284,17 @@ impl<A: App> Engines<A> {
                 }
                 None => {
                     net.recycle(buf);
-                    host.idle_until = Some(None);
+                    drained = true;
                     break;
                 }
             }
         }
         let deadline = ep.poll_timeout();
-        if host.idle_until.is_some() {
-            host.idle_until = Some(deadline);
-        }
+        self.poll_due[h] = if drained {
+            deadline.unwrap_or(Time::MAX)
+        } else {
+            0
+        };
         if let Some(d) = deadline {
             Self::arm(host, &mut self.stats, net, h, d);
         }
@@ -346,7 +350,7 @@ impl<A: App> Engines<A> {
             return;
         }
         host.ep = None;
-        host.idle_until = None;
+        self.poll_due[h] = 0;
         host.timer_at = None;
         host.timer_gen += 1;
         net.count_crash(false);
@@ -390,11 +394,9 @@ impl<A: App> Hosts for Engines<A> {
     /// followed by a pump that records that deadline.
     fn nic_done(&mut self, net: &mut Fabric, h: HostId) {
         let now = net.now();
-        if let (Some(d), true) = (self.hosts[h].idle_until, self.skip_idle_polls) {
-            if d.is_none_or(|d| d > now) {
-                self.stats.idle_nic_polls_skipped += 1;
-                return;
-            }
+        if now < self.poll_due[h] && self.skip_idle_polls {
+            self.stats.idle_nic_polls_skipped += 1;
+            return;
         }
         self.pump(net, h);
     }
@@ -419,9 +421,9 @@ impl<A: App> Hosts for Engines<A> {
                     // Early (the deadline moved later since this event was
                     // set) and nothing to send before the new deadline: a
                     // pump would only re-arm the timer (see `nic_done`).
-                    deadline if host.idle_until.is_some() && self.skip_idle_polls => {
+                    deadline if now < self.poll_due[h] && self.skip_idle_polls => {
                         self.stats.idle_timer_events += 1;
-                        host.idle_until = Some(deadline);
+                        self.poll_due[h] = deadline.unwrap_or(Time::MAX);
                         if let Some(d) = deadline {
                             Self::arm(host, &mut self.stats, net, h, d);
                         }
@@ -471,7 +473,8 @@ impl<A: App> EngineNet<A> {
         mut app: impl FnMut(HostId) -> A,
     ) -> Result<EngineNet<A>, ConfigError> {
         let now = fabric.now();
-        let mut hosts = Vec::with_capacity(fabric.n_hosts());
+        let n_hosts = fabric.n_hosts();
+        let mut hosts = Vec::with_capacity(n_hosts);
         for h in 0..fabric.n_hosts() {
             let cfg = config(h);
             let ep = Endpoint::new(cfg.clone(), now)?;
@@ -483,7 +486,6 @@ impl<A: App> EngineNet<A> {
                 timer_at: None,
                 timer_gen: 0,
                 handled_at: None,
-                idle_until: None,
                 rng: ChaCha8Rng::seed_from_u64(mix(fabric.seed() ^ mix(0xA99 ^ h as u64))),
             });
             fabric.schedule(now, h, KIND_START, 0);
@@ -493,6 +495,7 @@ impl<A: App> EngineNet<A> {
             engines: Engines {
                 hosts,
                 stats: DriverStats::default(),
+                poll_due: vec![0; n_hosts],
                 skip_idle_polls: true,
             },
         })

@@ -995,7 +995,14 @@ impl Fabric {
                     Ecmp::Spray => pkt.uid,
                     Ecmp::Flow => ((pkt.src as u64) << 32) ^ pkt.dst as u64,
                 };
-                (mix(self.seed ^ mix(key ^ ((s as u64) << 40))) % len as u64) as u32
+                let hash = mix(self.seed ^ mix(key ^ ((s as u64) << 40)));
+                // The same pick as `hash % len`, without a division for the
+                // usual power-of-two fan-out.
+                if len.is_power_of_two() {
+                    (hash & (len as u64 - 1)) as u32
+                } else {
+                    (hash % len as u64) as u32
+                }
             };
             let out = sw.route_ports[(start + pick) as usize] as usize;
             self.enqueue(out, slot);

@@ -210,6 +210,10 @@ pub struct Endpoint {
     /// Set by `poll_transmit` when it sent new DATA of this RPC (chosen by
     /// SRPT), so that `poll_transmit_burst` may continue the run.
     pub(crate) burst_key: Option<RpcKey>,
+    /// Inside `handle_datagrams`: grant decisions wait for the last packet
+    /// (`grants_dirty` says one is due).
+    pub(crate) grants_deferred: bool,
+    pub(crate) grants_dirty: bool,
 }
 
 fn splitmix64(mut x: u64) -> u64 {
@@ -274,6 +278,8 @@ impl Endpoint {
             split_mode: false,
             split_payload: None,
             burst_key: None,
+            grants_deferred: false,
+            grants_dirty: false,
             metrics: Metrics::default(),
             config,
         };
@@ -449,28 +455,69 @@ impl Endpoint {
 
     /// Feeds one received datagram (UDP payload) from `from`.
     pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
+        self.receive_one(now, from, datagram, None);
+        self.check_pool_waiters(now);
+    }
+
+    /// Feeds several packets from `from` that arrived together, as a UDP GRO
+    /// receive returns them: `data` is cut into `segment`-byte packets (the
+    /// last may be shorter). The same as [`Self::handle_datagram`] on each
+    /// packet in order, except that the peer is looked up once and the
+    /// decisions that depend on all incoming messages (grants, pool waiters)
+    /// are made once, after the last packet, as if they had all arrived at
+    /// the same instant, which they did.
+    pub fn handle_datagrams(&mut self, now: Time, from: SocketAddr, data: &[u8], segment: usize) {
+        if segment == 0 || data.len() <= segment {
+            return self.handle_datagram(now, from, data);
+        }
+        self.grants_deferred = true;
+        let mut hint = None;
+        for packet in data.chunks(segment) {
+            hint = self.receive_one(now, from, packet, hint);
+        }
+        self.grants_deferred = false;
+        if std::mem::take(&mut self.grants_dirty) && !self.grantable.is_empty() {
+            self.update_grants(now);
+        }
+        self.check_pool_waiters(now);
+    }
+
+    /// One packet; returns the peer's key if it was known before the packet
+    /// (a hint for the next packet from the same address).
+    fn receive_one(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        datagram: &[u8],
+        hint: Option<PeerKey>,
+    ) -> Option<PeerKey> {
         self.last_now = self.last_now.max(now);
         self.metrics.bytes_received += datagram.len() as u64;
         if self.shut_down {
-            return;
+            return None;
         }
         // A checksum that is present is always checked; an absent one is
         // refused only if we require checksums (see `Config::checksum`).
         if !wire::verify_checksum(datagram, self.config.require_checksum) {
             self.metrics.drop(DropReason::BadChecksum);
-            return;
+            return hint;
         }
         let decoded = match wire::decode(datagram) {
             Ok(d) => d,
             Err(_) => {
                 self.metrics.drop(DropReason::Malformed);
-                return;
+                return hint;
             }
         };
         self.metrics.packets_received[decoded.packet.packet_type().index()] += 1;
         let c = decoded.common;
         // The one address lookup per packet; everything after uses the key.
-        let pk = self.peers.find(from);
+        let pk = match hint {
+            // Same address as the packet before (no eviction can happen in
+            // between: only a packet from an unknown address evicts).
+            Some(k) if self.peers.is_live(k) && self.peers.info(k).addr == from => Some(k),
+            _ => self.peers.find(from),
+        };
         if let Some(pk) = pk {
             self.peers[pk].observe(now, c.send_time, c.echo_time);
         }
@@ -507,7 +554,7 @@ impl Endpoint {
             Packet::Ack(ids) => {
                 if !c.from_client {
                     self.metrics.drop(DropReason::WrongState);
-                    return;
+                    return pk;
                 }
                 if let Some(pk) = pk {
                     for id in ids.iter() {
@@ -516,7 +563,7 @@ impl Endpoint {
                 }
             }
         }
-        self.check_pool_waiters(now);
+        pk
     }
 
     /// When `handle_timeout` should next be called, if ever.

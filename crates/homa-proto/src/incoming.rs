@@ -158,7 +158,9 @@ impl Endpoint {
         }
         // New data may have moved this message in the SRPT order or freed room
         // under `max_incoming` for another one.
-        if !self.grantable.is_empty() {
+        if self.grants_deferred {
+            self.grants_dirty = true;
+        } else if !self.grantable.is_empty() {
             self.update_grants(now);
         }
     }

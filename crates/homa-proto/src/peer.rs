@@ -157,6 +157,12 @@ impl Peers {
         self.index.len()
     }
 
+    /// Whether `key` names a live peer.
+    #[inline]
+    pub fn is_live(&self, key: PeerKey) -> bool {
+        self.slots.get(key as usize).is_some_and(|s| s.is_some())
+    }
+
     /// Adds a peer not yet in the table. `cutoffs` are our own, assumed until
     /// the peer tells us its own.
     pub fn insert(

@@ -803,13 +803,19 @@ impl Shared {
         } = d;
         let mut got = false;
         for _ in 0..MAX_RX_ROUNDS {
-            let out = rx.recv(&self.sock, stats, |src, pkt| {
-                if let Some(f) = faults.as_mut() {
-                    if f.drop_rx() {
-                        return;
+            let out = rx.recv(&self.sock, stats, |src, data, seg| match faults.as_mut() {
+                // Loss is injected per packet.
+                Some(f) => {
+                    for pkt in data.chunks(seg.max(1)) {
+                        if !f.drop_rx() {
+                            engine.handle_datagram(now, src, pkt);
+                        }
+                    }
+                    if data.is_empty() && !f.drop_rx() {
+                        engine.handle_datagram(now, src, data);
                     }
                 }
-                engine.handle_datagram(now, src, pkt);
+                None => engine.handle_datagrams(now, src, data, seg),
             });
             match out {
                 RecvOutcome::Received(true) => got = true,

@@ -338,13 +338,14 @@ impl RxBatch {
         h.msg_hdr.msg_flags = 0;
     }
 
-    /// Receives up to one batch without blocking and calls `f(source, packet)`
-    /// for every packet, splitting GRO super-datagrams at their segment size.
+    /// Receives up to one batch without blocking and calls `f(source, data,
+    /// segment)` for every datagram: `data` holds one packet, or several of
+    /// `segment` bytes each (the last may be shorter) coalesced by GRO.
     pub(crate) fn recv(
         &mut self,
         sock: &UdpSocket,
         stats: &mut SocketStats,
-        mut f: impl FnMut(SocketAddr, &[u8]),
+        mut f: impl FnMut(SocketAddr, &[u8], usize),
     ) -> RecvOutcome {
         let n = self.hdrs.len();
         // Headers are set up once and only the fields the kernel overwrote
@@ -417,15 +418,8 @@ impl RxBatch {
                 stats.gro_datagrams += 1;
             }
             stats.bytes_received += buf.len() as u64;
-            if buf.is_empty() {
-                stats.packets_received += 1;
-                f(src, buf);
-                continue;
-            }
-            for pkt in buf.chunks(seg) {
-                stats.packets_received += 1;
-                f(src, pkt);
-            }
+            stats.packets_received += buf.len().div_ceil(seg).max(1) as u64;
+            f(src, buf, seg);
         }
         RecvOutcome::Received(asked > 1 && got == asked)
     }
@@ -846,7 +840,15 @@ mod tests {
         let mut got = Vec::new();
         let start = Instant::now();
         while got.len() < want && start.elapsed() < Duration::from_secs(5) {
-            match rx.recv(s, &mut stats, |a, p| got.push((a, p.to_vec()))) {
+            let split = |a, data: &[u8], seg: usize| {
+                if data.is_empty() {
+                    return vec![(a, Vec::new())];
+                }
+                data.chunks(seg)
+                    .map(|p| (a, p.to_vec()))
+                    .collect::<Vec<_>>()
+            };
+            match rx.recv(s, &mut stats, |a, d, seg| got.extend(split(a, d, seg))) {
                 RecvOutcome::Error => panic!("{}", io::Error::last_os_error()),
                 _ => std::thread::yield_now(),
             }
@@ -1036,10 +1038,10 @@ mod tests {
         // a hint to read the error queue; it must not wedge the socket.
         let mut rx = RxBatch::new(2);
         for _ in 0..3 {
-            let _ = rx.recv(&a, &mut stats, |_, _| {});
+            let _ = rx.recv(&a, &mut stats, |_, _, _| {});
         }
         assert!(matches!(
-            rx.recv(&a, &mut stats, |_, _| {}),
+            rx.recv(&a, &mut stats, |_, _, _| {}),
             RecvOutcome::Empty
         ));
     }

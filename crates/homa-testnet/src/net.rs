@@ -757,6 +757,9 @@ impl Fabric {
         self.stats.no_route += 1;
     }
 
+    /// Inlined so that the slot is written in place (a 64-byte `Slot` passed
+    /// through the stack was stalled on store forwarding).
+    #[inline(always)]
     fn alloc_slot(&mut self, slot: Slot) -> u32 {
         match self.free_slots.pop() {
             Some(i) => {

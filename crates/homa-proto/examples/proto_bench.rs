@@ -9,7 +9,12 @@
 //!   unanswered, as the simulator does); ns of both engines' work per
 //!   1472-byte DATA packet, GRANTs included.
 //!
-//! `cargo run --release -p homa-proto --example proto_bench -- [checksum] [rtt|stream]`
+//! * `tick`: 100-byte round trips at 170,000 per simulated second, so the
+//!   server holds the steady-state population of tombstones of a 100 ms
+//!   `tombstone_ns` (about 17,000); reports the server's timer tick cost
+//!   (each `handle_timeout` call that is due) and ns per round trip.
+//!
+//! `cargo run --release -p homa-proto --example proto_bench -- [checksum] [rtt|stream|tick]`
 
 use bytes::Bytes;
 use homa_proto::{Config, Endpoint, Event};
@@ -73,6 +78,64 @@ fn rtt(checksum: bool, size: usize, count: u64) -> f64 {
     start.elapsed().as_nanos() as f64 / count as f64
 }
 
+/// Round trips at `rate` per simulated second for `secs` simulated seconds;
+/// returns (mean ns, max ns) of the server's due timer ticks after the first
+/// (tombstone-filling) `tombstone_ns`, and ns per round trip over the run.
+fn tick(checksum: bool, rate: u64, secs: u64) -> (f64, f64, f64) {
+    let (mut a, mut b) = pair(checksum);
+    let (a_addr, b_addr) = addrs();
+    let mut buf = Vec::with_capacity(2048);
+    let req = Bytes::from(vec![1u8; 100]);
+    let step = 1_000_000_000 / rate;
+    let warm = b.config().tombstone_ns + 1_000;
+    let count = secs * rate;
+    let mut now = 1_000u64;
+    let (mut ticks, mut tick_total, mut tick_max) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    for _ in 0..count {
+        now += step;
+        if a.poll_timeout().is_some_and(|t| t <= now) {
+            a.handle_timeout(now);
+        }
+        if b.poll_timeout().is_some_and(|t| t <= now) {
+            let t0 = Instant::now();
+            b.handle_timeout(now);
+            let ns = t0.elapsed().as_nanos() as u64;
+            if now > warm {
+                ticks += 1;
+                tick_total += ns;
+                tick_max = tick_max.max(ns);
+            }
+        }
+        a.send_request(now, b_addr, req.clone()).unwrap();
+        'rpc: loop {
+            while let Some(t) = a.poll_transmit(now, &mut buf) {
+                b.handle_datagram(now, a_addr, &buf[..t.len]);
+            }
+            while let Some(ev) = b.poll_event() {
+                if let Event::Request { rpc, .. } = ev {
+                    b.send_response(now, rpc, req.clone()).unwrap();
+                }
+            }
+            while let Some(t) = b.poll_transmit(now, &mut buf) {
+                a.handle_datagram(now, b_addr, &buf[..t.len]);
+            }
+            while let Some(ev) = a.poll_event() {
+                if let Event::Response { .. } = ev {
+                    break 'rpc;
+                }
+            }
+        }
+    }
+    let per_rtt = start.elapsed().as_nanos() as f64 / count as f64;
+    assert!(b.stats().tombstones > 0, "the server holds tombstones");
+    (
+        tick_total as f64 / ticks.max(1) as f64,
+        tick_max as f64,
+        per_rtt,
+    )
+}
+
 /// One-way `size`-byte messages, `count` of them back to back; returns
 /// (ns per DATA packet, DATA packets).
 fn stream(checksum: bool, size: usize, count: u64) -> (f64, u64) {
@@ -122,7 +185,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let checksum = args.iter().any(|a| a == "checksum");
     let only = |what: &str| {
-        !args.iter().any(|a| a == "rtt" || a == "stream") || args.iter().any(|a| a == what)
+        !args
+            .iter()
+            .any(|a| a == "rtt" || a == "stream" || a == "tick")
+            || args.iter().any(|a| a == what)
     };
     if only("rtt") {
         // Warm up allocators and caches.
@@ -131,6 +197,16 @@ fn main() {
             .map(|_| rtt(checksum, 100, 200_000))
             .fold(f64::MAX, f64::min);
         println!("checksum {checksum}: rtt 100 B, both engines: {per_rtt:.0} ns per round trip (min of 3)");
+    }
+    if only("tick") {
+        let runs: Vec<(f64, f64, f64)> = (0..3).map(|_| tick(checksum, 170_000, 2)).collect();
+        let min = |f: fn(&(f64, f64, f64)) -> f64| runs.iter().map(f).fold(f64::MAX, f64::min);
+        println!(
+            "checksum {checksum}: tick at 170k rtt/s, 100 ms tombstones: server tick mean {:.0} ns, max {:.0} ns; {:.0} ns per round trip (min of 3)",
+            min(|r| r.0),
+            min(|r| r.1),
+            min(|r| r.2)
+        );
     }
     if only("stream") {
         let (per_pkt, packets) = (0..3)

@@ -5,6 +5,8 @@ use crate::metrics::{DropReason, Metrics};
 use crate::peer::{PeerKey, Peers, ServerKey};
 use crate::pool::{Message, Pool};
 use crate::rpc::{OutMsg, Rpc, RpcKey, RpcState};
+pub(crate) use crate::servers::ServerEntry;
+use crate::servers::ServerTable;
 use crate::srpt::SrptQueue;
 use crate::wire::{self, Body, CommonHeader, Packet, MAX_ACKS_PER_PACKET, MAX_PRIORITIES};
 use bytes::Bytes;
@@ -102,14 +104,22 @@ pub struct EndpointStats {
 pub(crate) const MAX_CONTROL_QUEUE: usize = 1 << 16;
 /// Most tombstones kept at once.
 const MAX_TOMBSTONES: usize = 1 << 16;
+/// Expired tombstones are removed this many at a time, their table slots
+/// loaded together first so that their cache misses overlap.
+const EXPIRY_BATCH: usize = 8;
+/// Most tombstone-queue entries one timer tick processes: expiry normally
+/// happens as new tombstones are made, and a tick that catches up on a
+/// backlog must not hold up the driver for long.
+const MAX_TICK_EXPIRY: usize = 256;
 
-/// What `server_ids` holds for a server RPC.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ServerEntry {
-    Live(RpcKey),
-    /// Finished (answered and acknowledged, abandoned, or timed out after
-    /// running): refuse its request until this time.
-    Tomb(Time),
+/// An entry of the tombstone expiry queue (in expiry order).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TombRef {
+    pub expiry: Time,
+    pub id: u64,
+    pub peer: PeerKey,
+    /// Matches the table's `Tomb(n)` while this is the tombstone's latest entry.
+    pub n: u32,
 }
 
 /// A control packet waiting to be sent.
@@ -167,13 +177,15 @@ pub struct Endpoint {
     /// Server RPCs, live or finished (tombstones) in one table, so that the
     /// lookup a request's DATA packet needs anyway also finds its tombstone,
     /// and finishing an RPC rewrites its entry in place.
-    pub(crate) server_ids: HashMap<ServerKey, ServerEntry>,
+    pub(crate) server_ids: ServerTable,
     pub(crate) server_rpc_count: usize,
     pub(crate) peers: Peers,
     pub(crate) tombstone_count: usize,
     /// Tombstones in expiry order; an entry whose tombstone was refreshed
-    /// since (its expiry no longer matches) is skipped.
-    pub(crate) tombstone_queue: VecDeque<(Time, ServerKey)>,
+    /// since (its number no longer matches the table's) is skipped.
+    pub(crate) tombstone_queue: VecDeque<TombRef>,
+    /// Number of the next tombstone-queue entry (wraps; 31 bits are kept).
+    pub(crate) tombstone_n: u32,
     pub(crate) next_id: u64,
     pub(crate) next_birth: u64,
 
@@ -252,11 +264,12 @@ impl Endpoint {
             rpcs: Vec::new(),
             free_keys: Vec::new(),
             client_ids: HashMap::default(),
-            server_ids: HashMap::default(),
+            server_ids: ServerTable::default(),
             server_rpc_count: 0,
             peers: Peers::default(),
             tombstone_count: 0,
             tombstone_queue: VecDeque::new(),
+            tombstone_n: 0,
             next_id: splitmix64(config.rpc_id_seed).max(1),
             next_birth: 0,
             sendable: SrptQueue::default(),
@@ -295,6 +308,10 @@ impl Endpoint {
     }
 
     pub fn stats(&self) -> EndpointStats {
+        debug_assert_eq!(
+            self.server_ids.len(),
+            self.server_rpc_count + self.tombstone_count
+        );
         EndpointStats {
             client_rpcs: self.client_ids.len(),
             server_rpcs: self.server_rpc_count,
@@ -416,8 +433,8 @@ impl Endpoint {
     /// The live server RPC an application handle stands for.
     fn server_rpc(&self, rpc: ServerRpc) -> Option<RpcKey> {
         let peer = self.peers.find(rpc.peer)?;
-        match self.server_ids.get(&ServerKey { peer, id: rpc.id })? {
-            ServerEntry::Live(k) => Some(*k),
+        match self.server_ids.get(ServerKey { peer, id: rpc.id })? {
+            ServerEntry::Live(k) => Some(k),
             ServerEntry::Tomb(_) => None,
         }
     }
@@ -582,11 +599,11 @@ impl Endpoint {
     pub(crate) fn lookup(&self, pk: Option<PeerKey>, c: &CommonHeader) -> Option<RpcKey> {
         let pk = pk?;
         if c.from_client {
-            match self.server_ids.get(&ServerKey {
+            match self.server_ids.get(ServerKey {
                 peer: pk,
                 id: c.rpc_id,
             })? {
-                ServerEntry::Live(k) => Some(*k),
+                ServerEntry::Live(k) => Some(k),
                 ServerEntry::Tomb(_) => None,
             }
         } else {
@@ -692,7 +709,7 @@ impl Endpoint {
             let sk = ServerKey { peer: pk, id };
             // Only an executed request needs protection from being run again.
             if state == RpcState::ServerReceiving || !self.tombstones_on() {
-                self.server_ids.remove(&sk);
+                self.server_ids.remove(sk);
             } else {
                 self.set_tombstone(now, sk);
             }
@@ -712,30 +729,68 @@ impl Endpoint {
 
     /// Makes `sk` a tombstone expiring `tombstone_ns` from now: a server RPC
     /// just finished (its entry is `Live`), or a tombstone was hit again.
+    /// Also removes a batch of expired tombstones if one is due, so expiry
+    /// keeps pace with creation instead of piling up for the timer tick.
     fn set_tombstone(&mut self, now: Time, sk: ServerKey) {
         while self.tombstone_queue.len() >= MAX_TOMBSTONES {
-            let (t, old) = self.tombstone_queue.pop_front().unwrap();
-            self.remove_tombstone(old, t);
+            self.expire_batch(Time::MAX);
         }
         let expiry = now.saturating_add(self.config.tombstone_ns);
+        let n = self.tombstone_n & !(1 << 31);
+        self.tombstone_n = self.tombstone_n.wrapping_add(1);
         // Refreshing a tombstone leaves its older queue entry behind; that
-        // entry no longer matches the expiry and is skipped when it comes up.
-        let slot = self.server_ids.entry(sk).or_insert(ServerEntry::Live(0));
-        if !matches!(slot, ServerEntry::Tomb(_)) {
+        // entry's number no longer matches and it is skipped when it comes up.
+        if !matches!(
+            self.server_ids.set(sk, ServerEntry::Tomb(n)),
+            Some(ServerEntry::Tomb(_))
+        ) {
             self.tombstone_count += 1;
             self.peers[sk.peer].tombstones += 1;
         }
-        *slot = ServerEntry::Tomb(expiry);
-        self.tombstone_queue.push_back((expiry, sk));
+        self.tombstone_queue.push_back(TombRef {
+            expiry,
+            id: sk.id,
+            peer: sk.peer,
+            n,
+        });
+        if self
+            .tombstone_queue
+            .get(EXPIRY_BATCH - 1)
+            .is_some_and(|t| t.expiry <= now)
+        {
+            self.expire_batch(now);
+        }
     }
 
-    /// Drops `sk`'s tombstone if it still expires at `expiry`.
-    fn remove_tombstone(&mut self, sk: ServerKey, expiry: Time) {
-        if self.server_ids.get(&sk) == Some(&ServerEntry::Tomb(expiry)) {
-            self.server_ids.remove(&sk);
-            self.tombstone_count -= 1;
-            self.peers[sk.peer].tombstones -= 1;
+    /// Takes up to [`EXPIRY_BATCH`] entries expiring at or before `now` off
+    /// the tombstone queue and drops their tombstones (unless refreshed since);
+    /// returns how many entries it took.
+    fn expire_batch(&mut self, now: Time) -> usize {
+        let mut batch = [None; EXPIRY_BATCH];
+        let mut len = 0;
+        for t in self.tombstone_queue.iter().take(EXPIRY_BATCH) {
+            if t.expiry > now {
+                break;
+            }
+            self.server_ids.prefetch(ServerKey {
+                peer: t.peer,
+                id: t.id,
+            });
+            batch[len] = Some(*t);
+            len += 1;
         }
+        self.tombstone_queue.drain(..len);
+        for t in batch.into_iter().flatten() {
+            let sk = ServerKey {
+                peer: t.peer,
+                id: t.id,
+            };
+            if self.server_ids.remove_if(sk, Some(ServerEntry::Tomb(t.n))) {
+                self.tombstone_count -= 1;
+                self.peers[sk.peer].tombstones -= 1;
+            }
+        }
+        len
     }
 
     /// Whether `(peer, id)` is a finished server RPC; if so its tombstone
@@ -746,7 +801,7 @@ impl Endpoint {
             return false;
         };
         let sk = ServerKey { peer, id };
-        if !matches!(self.server_ids.get(&sk), Some(ServerEntry::Tomb(_))) {
+        if !matches!(self.server_ids.get(sk), Some(ServerEntry::Tomb(_))) {
             return false;
         }
         if self.tombstones_on() {
@@ -755,13 +810,16 @@ impl Endpoint {
         true
     }
 
+    /// Timer work: drops tombstones that have expired by `now`, at most
+    /// [`MAX_TICK_EXPIRY`] queue entries per call (the rest wait for the
+    /// next tick or the next new tombstone; late expiry is always safe).
     pub(crate) fn expire_tombstones(&mut self, now: Time) {
-        while let Some(&(t, sk)) = self.tombstone_queue.front() {
-            if t > now {
-                break;
+        let mut done = 0;
+        while done < MAX_TICK_EXPIRY {
+            match self.expire_batch(now) {
+                0 => break,
+                n => done += n,
             }
-            self.tombstone_queue.pop_front();
-            self.remove_tombstone(sk, t);
         }
     }
 
@@ -847,7 +905,7 @@ impl Endpoint {
 
     /// The client acknowledged RPC `id`: drop its server state.
     pub(crate) fn handle_ack_id(&mut self, now: Time, pk: PeerKey, id: u64) {
-        if let Some(&ServerEntry::Live(key)) = self.server_ids.get(&ServerKey { peer: pk, id }) {
+        if let Some(ServerEntry::Live(key)) = self.server_ids.get(ServerKey { peer: pk, id }) {
             if self.rpcs[key as usize].as_ref().unwrap().state == RpcState::ServerResponding {
                 self.metrics.acks_processed += 1;
                 self.free_rpc(now, key);

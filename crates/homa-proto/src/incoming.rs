@@ -30,7 +30,7 @@ impl Endpoint {
         let key = if c.from_client {
             let entry = pk.and_then(|peer| {
                 let sk = ServerKey { peer, id: c.rpc_id };
-                self.server_ids.get(&sk).copied()
+                self.server_ids.get(sk)
             });
             match entry {
                 Some(ServerEntry::Live(k)) => k,
@@ -208,7 +208,7 @@ impl Endpoint {
             peer: pk,
             id: c.rpc_id,
         };
-        self.server_ids.insert(sk, ServerEntry::Live(key));
+        self.server_ids.set(sk, ServerEntry::Live(key));
         Some(key)
     }
 

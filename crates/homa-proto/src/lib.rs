@@ -54,6 +54,7 @@ mod outgoing;
 mod peer;
 pub mod pool;
 mod rpc;
+mod servers;
 mod srpt;
 mod timer;
 pub mod wire;

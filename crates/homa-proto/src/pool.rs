@@ -29,11 +29,23 @@
 //! with a chunk in it was dropped. The count decrement is `Release` and the
 //! allocator's check of the count is `Acquire`, so all reads by the dropping
 //! thread happen before the engine's next writes into the bpage.
+//!
+//! # Lifetime of the shared state
+//!
+//! Messages may outlive the pool, so the shared state (counts and region) is
+//! freed by whoever lets go of it last, like an `Arc`. But handles do not
+//! count themselves: `owners` is one for the [`Pool`] plus one per bpage
+//! whose count is non-zero. A handle holds a reference on at least one bpage
+//! (a zero-length one holds nothing and never touches the shared state), and
+//! that bpage's ownership keeps the state alive. So a small message packed
+//! into the current bpage costs one count increment and one decrement, not
+//! also an `Arc` increment and decrement each. The allocator adds owners when
+//! it claims bpages; the thread whose decrement takes a bpage's count to zero
+//! drops that bpage's ownership as its last access to the shared state.
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 
 /// Size of one bpage.
 pub const BPAGE_SIZE: usize = 64 * 1024;
@@ -99,7 +111,7 @@ impl Layout {
 pub struct Allocation {
     len: usize,
     layout: Layout,
-    shared: Arc<PoolShared>,
+    shared: SharedPtr,
 }
 
 impl Allocation {
@@ -124,7 +136,8 @@ impl fmt::Debug for Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        self.shared.release_layout(&self.layout, self.len);
+        // SAFETY: the allocation holds the references of its layout.
+        unsafe { release_layout(self.shared, &self.layout, self.len) }
     }
 }
 
@@ -143,9 +156,84 @@ struct PoolShared {
     /// has not yet lowered it. Only a search hint: the allocator falls back to
     /// a full scan, so a stale value costs time, never correctness.
     low_hint: AtomicUsize,
-    /// Bytes held by live allocations and message handles (each clone of a
-    /// message counts).
+    /// Bytes added by message clones minus bytes returned by dropped handles
+    /// (wrapping); the pool adds the bytes it allocated (`Pool::allocated`),
+    /// so that the engine's side of the accounting is a plain addition.
     reserved: AtomicUsize,
+    /// One for the pool plus one per bpage whose count is non-zero; the last
+    /// to drop one frees this state (see the module docs).
+    owners: AtomicUsize,
+    /// Tests: set when the state is freed.
+    #[cfg(test)]
+    freed: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
+/// A handle's pointer to the shared state. Not counted itself: valid while
+/// the handle holds a reference on some bpage (see the module docs).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct SharedPtr(NonNull<PoolShared>);
+
+// SAFETY: `PoolShared` is Send + Sync (below); the pointer is only
+// dereferenced under the ownership rules in the module docs.
+unsafe impl Send for SharedPtr {}
+unsafe impl Sync for SharedPtr {}
+
+impl SharedPtr {
+    /// # Safety
+    /// The caller must hold an ownership unit for as long as the reference
+    /// lives (the pool, or a reference on a bpage).
+    unsafe fn get<'a>(self) -> &'a PoolShared {
+        self.0.as_ref()
+    }
+}
+
+/// Gives up `n` ownership units; the last frees the shared state.
+///
+/// # Safety
+/// The caller holds those `n` units and does not touch the state afterwards
+/// (unless it holds another unit).
+unsafe fn release_owners(shared: SharedPtr, n: usize) {
+    // Release/Acquire as in `Arc`: every access by other owners happens before
+    // the free.
+    if (*shared.0.as_ptr()).owners.fetch_sub(n, Ordering::Release) == n {
+        fence(Ordering::Acquire);
+        drop(Box::from_raw(shared.0.as_ptr()));
+    }
+}
+
+/// Drops one reference on `page`; if it was the last, the bpage is free and
+/// its ownership unit is given up. Lock-free: called from `Message::drop` on
+/// any thread.
+///
+/// # Safety
+/// The caller holds a reference on `page`, and does not touch the state
+/// afterwards unless it holds a reference on another bpage (or is the pool).
+unsafe fn release_page(shared: SharedPtr, page: u32) {
+    // Only short-lived references: the state may be freed at the end.
+    let s = shared.0.as_ptr();
+    let prev = (*s).refs[page as usize].fetch_sub(1, Ordering::Release);
+    debug_assert!(prev > 0, "bpage {page} refcount underflow");
+    if prev == 1 {
+        (*s).free.fetch_add(1, Ordering::Release);
+        (*s).low_hint.fetch_min(page as usize, Ordering::AcqRel);
+        release_owners(shared, 1);
+    }
+}
+
+/// Returns a handle's space: its bytes, then its bpage references.
+///
+/// # Safety
+/// The caller holds the layout's references and gives them up here.
+unsafe fn release_layout(shared: SharedPtr, layout: &Layout, len: usize) {
+    if len == 0 {
+        // No bpages: the state may be gone already; do not touch it.
+        return;
+    }
+    // While the layout's bpages are held, the state is alive.
+    shared.get().reserved.fetch_sub(len, Ordering::Relaxed);
+    for p in layout.pages() {
+        release_page(shared, p);
+    }
 }
 
 // SAFETY: `base` points to a heap block owned by this struct. Concurrent
@@ -158,26 +246,6 @@ unsafe impl Sync for PoolShared {}
 impl PoolShared {
     fn bpages(&self) -> usize {
         self.refs.len()
-    }
-
-    /// Drops one reference on `page`; if it was the last, the bpage is free.
-    /// Lock-free: called from `Message::drop` on any thread.
-    fn release_page(&self, page: u32) {
-        let prev = self.refs[page as usize].fetch_sub(1, Ordering::Release);
-        debug_assert!(prev > 0, "bpage {page} refcount underflow");
-        if prev == 1 {
-            self.free.fetch_add(1, Ordering::Release);
-            self.low_hint.fetch_min(page as usize, Ordering::AcqRel);
-        }
-    }
-
-    fn release_layout(&self, layout: &Layout, len: usize) {
-        for p in layout.pages() {
-            self.release_page(p);
-        }
-        if len > 0 {
-            self.reserved.fetch_sub(len, Ordering::Relaxed);
-        }
     }
 
     /// Adds a reference for another handle to `layout`'s space. The caller
@@ -208,6 +276,10 @@ impl PoolShared {
 
 impl Drop for PoolShared {
     fn drop(&mut self) {
+        #[cfg(test)]
+        if let Some(f) = &self.freed {
+            f.store(true, Ordering::SeqCst);
+        }
         let len = self.bpages() * BPAGE_SIZE;
         // SAFETY: `base`/`len` come from `Box::into_raw` in `Pool::new`, and
         // the last handle is gone, so no slice into the region remains.
@@ -236,7 +308,10 @@ struct Plan {
 
 /// The receive pool, owned by one engine.
 pub struct Pool {
-    shared: Arc<PoolShared>,
+    /// Holds one ownership unit, given up in `Drop`.
+    shared: SharedPtr,
+    /// Bytes of all allocations made (wrapping); see `PoolShared::reserved`.
+    allocated: usize,
     /// The bpage small chunks are packed into; holds one reference of its own.
     current: Option<u32>,
     /// Bump pointer: next free offset in `current`.
@@ -248,7 +323,7 @@ pub struct Pool {
 impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pool")
-            .field("bpages", &self.shared.bpages())
+            .field("bpages", &self.shared().bpages())
             .field("free_bpages", &self.free_bpages())
             .field("current", &self.current)
             .field("cursor", &self.cursor)
@@ -270,18 +345,28 @@ impl Pool {
         let region: Box<[u8]> = vec![0u8; bpages * BPAGE_SIZE].into_boxed_slice();
         let base = NonNull::new(Box::into_raw(region) as *mut u8).expect("non-null box");
         let refs = (0..bpages).map(|_| AtomicUsize::new(0)).collect();
+        let shared = Box::new(PoolShared {
+            base,
+            refs,
+            free: AtomicUsize::new(bpages),
+            low_hint: AtomicUsize::new(0),
+            reserved: AtomicUsize::new(0),
+            owners: AtomicUsize::new(1),
+            #[cfg(test)]
+            freed: None,
+        });
         Pool {
-            shared: Arc::new(PoolShared {
-                base,
-                refs,
-                free: AtomicUsize::new(bpages),
-                low_hint: AtomicUsize::new(0),
-                reserved: AtomicUsize::new(0),
-            }),
+            shared: SharedPtr(NonNull::from(Box::leak(shared))),
+            allocated: 0,
             current: None,
             cursor: 0,
             scratch: Vec::new(),
         }
+    }
+
+    fn shared(&self) -> &PoolShared {
+        // SAFETY: the pool holds an ownership unit for its whole life.
+        unsafe { self.shared.get() }
     }
 
     /// True when only the pool itself holds the current packing page, so
@@ -289,7 +374,7 @@ impl Pool {
     /// earlier readers' accesses before our reuse).
     fn current_idle(&self) -> bool {
         self.current
-            .is_some_and(|c| self.shared.refs[c as usize].load(Ordering::Acquire) == 1)
+            .is_some_and(|c| self.shared().refs[c as usize].load(Ordering::Acquire) == 1)
     }
 
     /// How a message of `len` bytes would be placed given the current state,
@@ -301,7 +386,7 @@ impl Pool {
         let cursor = if idle { 0 } else { self.cursor };
         let in_current = tail > 0 && self.current.is_some() && cursor + tail <= BPAGE_SIZE;
         let need = len / BPAGE_SIZE + usize::from(tail > 0 && !in_current);
-        let free = self.shared.free.load(Ordering::Acquire) + usize::from(idle && !in_current);
+        let free = self.shared().free.load(Ordering::Acquire) + usize::from(idle && !in_current);
         Plan {
             idle,
             tail,
@@ -329,7 +414,7 @@ impl Pool {
             return Some(Allocation {
                 len,
                 layout: Layout::empty(),
-                shared: self.shared.clone(),
+                shared: self.shared,
             });
         }
         let Plan {
@@ -354,16 +439,22 @@ impl Pool {
         let mut found = std::mem::take(&mut self.scratch);
         let ok = self.find_free(need, &mut found);
         let result = ok.then(|| {
+            let shared = self.shared();
             for &p in &found {
                 // Nobody else moves a count up from zero: a plain store claims it.
-                self.shared.refs[p as usize].store(1, Ordering::Relaxed);
+                shared.refs[p as usize].store(1, Ordering::Relaxed);
             }
-            self.shared.free.fetch_sub(found.len(), Ordering::Relaxed);
+            if !found.is_empty() {
+                shared.free.fetch_sub(found.len(), Ordering::Relaxed);
+                // Each claimed bpage owns the shared state too. Relaxed as in
+                // `Arc::clone`: the pool's own unit keeps it alive meanwhile.
+                shared.owners.fetch_add(found.len(), Ordering::Relaxed);
+            }
             let tail = if tail == 0 {
                 None
             } else if in_current {
                 let page = self.current.expect("in_current implies a current page");
-                self.shared.refs[page as usize].fetch_add(1, Ordering::Relaxed);
+                self.shared().refs[page as usize].fetch_add(1, Ordering::Relaxed);
                 Some(self.pack(page, tail))
             } else {
                 // Highest found page: directly follows the full pages when they
@@ -371,19 +462,19 @@ impl Pool {
                 let page = found.pop().expect("need counts the tail page");
                 self.drop_current();
                 // One reference for the chunk (stored above), one for packing.
-                self.shared.refs[page as usize].fetch_add(1, Ordering::Relaxed);
+                self.shared().refs[page as usize].fetch_add(1, Ordering::Relaxed);
                 self.current = Some(page);
                 self.cursor = 0;
                 Some(self.pack(page, tail))
             };
-            self.shared.reserved.fetch_add(len, Ordering::Relaxed);
+            self.allocated = self.allocated.wrapping_add(len);
             Allocation {
                 len,
                 layout: Layout {
                     full: found.as_slice().into(),
                     tail,
                 },
-                shared: self.shared.clone(),
+                shared: self.shared,
             }
         });
         found.clear();
@@ -406,7 +497,9 @@ impl Pool {
     /// Stops packing into the current page, dropping the pool's reference.
     fn drop_current(&mut self) {
         if let Some(c) = self.current.take() {
-            self.shared.release_page(c);
+            // SAFETY: the current page holds a reference of the pool's, and
+            // the pool keeps its own ownership unit.
+            unsafe { release_page(self.shared, c) };
         }
         self.cursor = 0;
     }
@@ -419,7 +512,7 @@ impl Pool {
         if need == 0 {
             return true;
         }
-        let shared = &*self.shared;
+        let shared = self.shared();
         let n = shared.bpages();
         if shared.free.load(Ordering::Acquire) < need {
             return false;
@@ -467,7 +560,7 @@ impl Pool {
     /// Panics if `offset + data.len() > alloc.len()` (engine bug).
     pub fn write(&mut self, alloc: &Allocation, offset: usize, data: &[u8]) {
         assert!(
-            Arc::ptr_eq(&alloc.shared, &self.shared),
+            alloc.shared == self.shared,
             "allocation belongs to another pool"
         );
         let end = offset
@@ -494,7 +587,7 @@ impl Pool {
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     src.as_ptr(),
-                    self.shared.base.as_ptr().add(start + within),
+                    self.shared().base.as_ptr().add(start + within),
                     n,
                 );
             }
@@ -510,7 +603,7 @@ impl Pool {
     /// Hands a fully written allocation to the application as a [`Message`].
     pub fn into_message(&mut self, alloc: Allocation) -> Message {
         assert!(
-            Arc::ptr_eq(&alloc.shared, &self.shared),
+            alloc.shared == self.shared,
             "allocation belongs to another pool"
         );
         // The message takes over the allocation's references; what is left
@@ -521,13 +614,13 @@ impl Pool {
         Message {
             len,
             layout,
-            shared: alloc.shared.clone(),
+            shared: alloc.shared,
         }
     }
 
     /// Total capacity in bytes.
     pub fn capacity(&self) -> usize {
-        self.shared.bpages() * BPAGE_SIZE
+        self.shared().bpages() * BPAGE_SIZE
     }
 
     /// Bpages currently not free (held by allocations, messages, or partial packing).
@@ -535,14 +628,14 @@ impl Pool {
     /// The current packing page counts only while some allocation or message
     /// has a chunk in it.
     pub fn bpages_in_use(&self) -> usize {
-        let free = self.shared.free.load(Ordering::Acquire);
-        (self.shared.bpages() - free).saturating_sub(usize::from(self.current_idle()))
+        let free = self.shared().free.load(Ordering::Acquire);
+        (self.shared().bpages() - free).saturating_sub(usize::from(self.current_idle()))
     }
 
     /// Bpages with reference count zero (the current packing page is not
     /// counted even when idle).
     pub fn free_bpages(&self) -> usize {
-        self.shared.free.load(Ordering::Acquire)
+        self.shared().free.load(Ordering::Acquire)
     }
 
     /// Bytes that could be allocated now if fragmentation did not matter: free
@@ -559,7 +652,8 @@ impl Pool {
     /// Message bytes held by live allocations and message handles (each clone
     /// of a message counts again).
     pub fn bytes_reserved(&self) -> usize {
-        self.shared.reserved.load(Ordering::Relaxed)
+        self.allocated
+            .wrapping_add(self.shared().reserved.load(Ordering::Relaxed))
     }
 
     /// True when no allocation or message holds any space.
@@ -572,6 +666,8 @@ impl Drop for Pool {
     fn drop(&mut self) {
         // Messages may outlive the pool; leave the counts consistent.
         self.drop_current();
+        // SAFETY: the pool's own unit, not used again.
+        unsafe { release_owners(self.shared, 1) };
     }
 }
 
@@ -583,7 +679,7 @@ impl Drop for Pool {
 pub struct Message {
     len: usize,
     layout: Layout,
-    shared: Arc<PoolShared>,
+    shared: SharedPtr,
 }
 
 impl Message {
@@ -640,18 +736,22 @@ impl Message {
 
 impl Clone for Message {
     fn clone(&self) -> Message {
-        self.shared.retain_layout(&self.layout, self.len);
+        if self.len > 0 {
+            // SAFETY: we hold the layout's references, so the state is alive.
+            unsafe { self.shared.get() }.retain_layout(&self.layout, self.len);
+        }
         Message {
             len: self.len,
             layout: self.layout.clone(),
-            shared: self.shared.clone(),
+            shared: self.shared,
         }
     }
 }
 
 impl Drop for Message {
     fn drop(&mut self) {
-        self.shared.release_layout(&self.layout, self.len);
+        // SAFETY: the message holds the references of its layout.
+        unsafe { release_layout(self.shared, &self.layout, self.len) }
     }
 }
 
@@ -696,7 +796,7 @@ impl<'a> Iterator for Fragments<'a> {
         // SAFETY: the range is made of chunks of this message, which holds a
         // reference on each of their bpages; a delivered message is never
         // written again.
-        Some(unsafe { self.msg.shared.slice(start, end) })
+        Some(unsafe { self.msg.shared.get().slice(start, end) })
     }
 }
 
@@ -1093,6 +1193,63 @@ mod tests {
         assert_content(&c, 8);
     }
 
+    /// A pool whose shared state reports when it is freed.
+    fn tracked_pool(bytes: usize) -> (Pool, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        let pool = Pool::new(bytes);
+        let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // SAFETY: no handle exists yet, so nothing else reads the state.
+        unsafe { (*pool.shared.0.as_ptr()).freed = Some(flag.clone()) };
+        (pool, flag)
+    }
+
+    /// The shared state lives exactly as long as the pool or any handle with
+    /// bytes: handles are not counted themselves, their bpages are.
+    #[test]
+    fn shared_state_is_freed_by_whoever_lets_go_last() {
+        let freed = |f: &std::sync::atomic::AtomicBool| f.load(Ordering::SeqCst);
+        // Pool last.
+        let (mut pool, f) = tracked_pool(4 * BPAGE_SIZE);
+        drop(deliver(&mut pool, 100, 1).unwrap());
+        drop(deliver(&mut pool, 2 * BPAGE_SIZE + 1, 2).unwrap());
+        assert_eq!(
+            pool.shared().owners.load(Ordering::Relaxed),
+            2,
+            "pool + current"
+        );
+        assert!(!freed(&f));
+        drop(pool);
+        assert!(freed(&f));
+        // Messages last, dropped one by one on another thread; a clone of a
+        // packed message, a multi-bpage one and an unwritten allocation.
+        let (mut pool, f) = tracked_pool(8 * BPAGE_SIZE);
+        let small = deliver(&mut pool, 10, 3).unwrap();
+        let small2 = small.clone();
+        let big = deliver(&mut pool, 3 * BPAGE_SIZE + 7, 4).unwrap();
+        let alloc = pool.allocate(BPAGE_SIZE).unwrap();
+        let empty = deliver(&mut pool, 0, 5).unwrap();
+        drop(pool);
+        assert!(!freed(&f));
+        drop(alloc);
+        drop(small);
+        assert!(!freed(&f));
+        let f2 = f.clone();
+        std::thread::spawn(move || {
+            assert_content(&small2, 3);
+            drop(small2);
+            assert!(!f2.load(Ordering::SeqCst));
+            assert_content(&big, 4);
+            drop(big);
+            assert!(f2.load(Ordering::SeqCst));
+        })
+        .join()
+        .unwrap();
+        // A zero-length message holds nothing and may outlive the state.
+        assert!(freed(&f));
+        assert!(empty.is_empty() && empty.fragments().next().is_none());
+        let e2 = empty.clone();
+        drop((empty, e2));
+    }
+
     #[test]
     fn drop_on_another_thread() {
         let mut pool = Pool::new(8 * BPAGE_SIZE);
@@ -1115,7 +1272,7 @@ mod tests {
     /// Checks the pool's bookkeeping against the live handles: per-bpage
     /// counts, the free counter, no overlapping chunks.
     fn check_invariants(pool: &Pool, live: &[Vec<Message>]) {
-        let n = pool.shared.bpages();
+        let n = pool.shared().bpages();
         let mut expect = vec![0usize; n];
         let mut all = Vec::new();
         for group in live {
@@ -1129,13 +1286,18 @@ mod tests {
             expect[c as usize] += 1;
         }
         let refs: Vec<usize> = pool
-            .shared
+            .shared()
             .refs
             .iter()
             .map(|r| r.load(Ordering::Relaxed))
             .collect();
         assert_eq!(refs, expect);
         assert_eq!(pool.free_bpages(), refs.iter().filter(|&&r| r == 0).count());
+        // The pool owns the shared state, and so does every bpage in use.
+        assert_eq!(
+            pool.shared().owners.load(Ordering::Relaxed),
+            1 + refs.iter().filter(|&&r| r > 0).count()
+        );
         all.sort();
         for w in all.windows(2) {
             assert!(w[0].1 <= w[1].0, "overlapping chunks {w:?}");
@@ -1158,14 +1320,14 @@ mod tests {
     /// computed from the raw counts (not the pool's own counters).
     fn should_fit(pool: &Pool, len: usize) -> bool {
         let zero = pool
-            .shared
+            .shared()
             .refs
             .iter()
             .filter(|r| r.load(Ordering::Relaxed) == 0)
             .count();
         let idle = pool
             .current
-            .is_some_and(|c| pool.shared.refs[c as usize].load(Ordering::Relaxed) == 1);
+            .is_some_and(|c| pool.shared().refs[c as usize].load(Ordering::Relaxed) == 1);
         let tail = len % BPAGE_SIZE;
         let fits = tail > 0 && pool.current.is_some() && (idle || pool.cursor + tail <= BPAGE_SIZE);
         len / BPAGE_SIZE + usize::from(tail > 0 && !fits) <= zero + usize::from(idle && !fits)

@@ -65,7 +65,7 @@ impl Endpoint {
                 .filter(|(_, p)| p.unreferenced())
                 .map(|(_, p)| p.last_active.saturating_add(idle))
                 .min();
-            let tomb_expiry = self.tombstone_queue.front().map(|t| t.0);
+            let tomb_expiry = self.tombstone_queue.front().map(|t| t.expiry);
             match (peer_expiry, tomb_expiry) {
                 (Some(a), Some(b)) => a.min(b),
                 (Some(a), None) | (None, Some(a)) => a,

@@ -414,3 +414,61 @@ fn tombstones_outlive_pressure_on_the_peer_table() {
         .is_ok());
     assert_eq!(ep.stats().peers, 2);
 }
+
+/// Tombstones expire as new ones are made, a batch at a time, rather than
+/// all at once in a timer tick; none ever expires early; a tick that finds a
+/// backlog works through it in bounded steps.
+#[test]
+fn tombstones_expire_incrementally_and_never_early() {
+    let (us, ms) = (1_000, 1_000_000);
+    let config = Config {
+        checksum: false,
+        tombstone_ns: ms,
+        ..Config::default()
+    };
+    let mut ep = Endpoint::new(config, 0).unwrap();
+    let a = addr(1);
+    let n = 3_000u64;
+    for id in 1..=n {
+        // One finished RPC per µs, and no timer calls at all.
+        ep.handle_datagram(id * us, a, &request_datagram(id));
+        match ep.poll_event() {
+            Some(Event::Request { rpc, .. }) => ep.abandon(rpc),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Those of the last ms are alive; older ones have gone with at most a
+    // batch of lag.
+    let live = ep.stats().tombstones as u64;
+    assert!((1_000..=1_000 + 16).contains(&live), "{live}");
+    // The youngest and the oldest still within tombstone_ns are refused.
+    for id in [n, n - 990] {
+        ep.handle_datagram(n * us + 1, a, &request_datagram(id));
+        assert!(ep.poll_event().is_none(), "id {id} ran again");
+    }
+    assert_eq!(ep.metrics().drops(DropReason::Tombstone), 2);
+    // Long after: a tick expires at most a few hundred, and later ticks the rest.
+    let mut now = n * us + 10 * ms;
+    let mut ticks = 0;
+    while ep.stats().tombstones > 0 {
+        let before = ep.stats().tombstones;
+        ep.handle_timeout(now);
+        assert!(
+            before - ep.stats().tombstones <= 256,
+            "one tick did {before}"
+        );
+        now = ep
+            .poll_timeout()
+            .expect("tombstones left, so a deadline")
+            .max(now);
+        ticks += 1;
+        assert!(ticks < 100);
+    }
+    assert!(
+        ticks >= 3,
+        "a backlog of ~1000 takes several ticks, not one"
+    );
+    // And an expired id is an ordinary new request again.
+    ep.handle_datagram(now, a, &request_datagram(n));
+    assert!(matches!(ep.poll_event(), Some(Event::Request { .. })));
+}

@@ -1,7 +1,8 @@
 //! Raw network throughput: the paper's two-level topology (144 hosts) with
-//! every host sending full-size packets to random hosts at a given load.
+//! every host sending packets of one size (default full-size) to random
+//! hosts at a given load.
 //!
-//! `cargo run --release -p homa-testnet --example fabric_bench -- [load] [sim_ms]`
+//! `cargo run --release -p homa-testnet --example fabric_bench -- [load] [sim_ms] [bytes]`
 
 use homa_testnet::{Fabric, HostId, Hosts, Packet, TwoLevel};
 use rand::{Rng, SeedableRng};
@@ -10,6 +11,7 @@ use std::time::Instant;
 
 struct Gen {
     rng: ChaCha8Rng,
+    bytes: usize,
     gap_ns: f64,
     end: u64,
     received: u64,
@@ -27,7 +29,7 @@ impl Hosts for Gen {
             dst += 1;
         }
         let mut buf = net.take_buf();
-        buf.resize(1500, 0);
+        buf.resize(self.bytes, 0);
         net.send(h, dst, self.rng.gen_range(0..8), buf);
         // Exponential gaps: Poisson arrivals.
         let gap = -self.gap_ns * (1.0 - self.rng.gen::<f64>()).ln();
@@ -42,12 +44,14 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let load: f64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(0.5);
     let sim_ms: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(20);
+    let bytes: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(1500);
     let spec = TwoLevel::paper();
     let mut f = Fabric::two_level(&spec).with_seed(1);
     let end = sim_ms * 1_000_000;
-    let tx_ns = 1500.0 * 8.0 * 1e9 / spec.host_bps as f64;
+    let tx_ns = bytes as f64 * 8.0 * 1e9 / spec.host_bps as f64;
     let mut g = Gen {
         rng: ChaCha8Rng::seed_from_u64(2),
+        bytes,
         gap_ns: tx_ns / load,
         end,
         received: 0,

@@ -262,7 +262,9 @@ struct HostNode {
 
 struct Switch {
     fwd_latency_ns: u64,
-    /// Per destination host: (start, len) into `route_ports`.
+    /// Per destination host: (the output link when there is one candidate,
+    /// else the start of the candidates in `route_ports`; their number), so
+    /// that a single route costs no second lookup.
     routes: Vec<(u32, u32)>,
     route_ports: Vec<u32>,
 }
@@ -561,8 +563,14 @@ impl Fabric {
         if sw.routes.len() < n {
             sw.routes.resize(n, (0, 0));
         }
-        sw.routes[dst] = (sw.route_ports.len() as u32, links.len() as u32);
-        sw.route_ports.extend(links.iter().map(|&l| l as u32));
+        sw.routes[dst] = match links {
+            [l] => (*l as u32, 1),
+            _ => {
+                let start = sw.route_ports.len() as u32;
+                sw.route_ports.extend(links.iter().map(|&l| l as u32));
+                (start, links.len() as u32)
+            }
+        };
     }
 
     /// Replaces every switch's routing table with all shortest paths (in hops)
@@ -617,7 +625,12 @@ impl Fabric {
                         sw.route_ports.push(p);
                     }
                 }
-                sw.routes[d] = (start, sw.route_ports.len() as u32 - start);
+                let len = sw.route_ports.len() as u32 - start;
+                sw.routes[d] = if len == 1 {
+                    (sw.route_ports.pop().expect("one candidate"), 1)
+                } else {
+                    (start, len)
+                };
             }
         }
     }
@@ -757,6 +770,9 @@ impl Fabric {
         self.stats.no_route += 1;
     }
 
+    /// Inlined so that the slot is written in place (a 64-byte `Slot` passed
+    /// through the stack was stalled on store forwarding).
+    #[inline(always)]
     fn alloc_slot(&mut self, slot: Slot) -> u32 {
         match self.free_slots.pop() {
             Some(i) => {
@@ -988,8 +1004,8 @@ impl Fabric {
                 self.free_slot(slot);
                 return;
             }
-            let pick = if len == 1 {
-                0
+            let out = if len == 1 {
+                start as usize
             } else {
                 let key = match self.ecmp {
                     Ecmp::Spray => pkt.uid,
@@ -998,13 +1014,13 @@ impl Fabric {
                 let hash = mix(self.seed ^ mix(key ^ ((s as u64) << 40)));
                 // The same pick as `hash % len`, without a division for the
                 // usual power-of-two fan-out.
-                if len.is_power_of_two() {
+                let pick = if len.is_power_of_two() {
                     (hash & (len as u64 - 1)) as u32
                 } else {
                     (hash % len as u64) as u32
-                }
+                };
+                sw.route_ports[(start + pick) as usize] as usize
             };
-            let out = sw.route_ports[(start + pick) as usize] as usize;
             self.enqueue(out, slot);
         } else {
             let h = to_host as HostId;
@@ -1355,7 +1371,7 @@ mod tests {
         let sw = &f.switches[0];
         assert_eq!(sw.routes[2].1, 4);
         assert_eq!(sw.routes[1].1, 1);
-        let down = sw.route_ports[sw.routes[1].0 as usize] as usize;
+        let down = sw.routes[1].0 as usize;
         assert_eq!(f.link_info(down).to, Node::Host(1));
         // An aggregation switch has exactly one way down to each host.
         let agg = &f.switches[3];

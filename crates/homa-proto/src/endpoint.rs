@@ -365,7 +365,7 @@ impl Endpoint {
         };
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        let unsched_priority = self.peers.info(pk).unsched_priority(request.len() as u32);
+        let unsched_priority = self.peers.unsched_priority(pk, request.len() as u32);
         let key = self.insert_rpc(now, true, id, dest, pk, RpcState::ClientActive);
         self.rpc(key).out = Some(OutMsg::new(request, self.unsched_bytes, unsched_priority));
         self.client_ids.insert(id, key);
@@ -394,7 +394,7 @@ impl Endpoint {
             return Err(SendError::UnknownRpc);
         };
         let pk = self.rpcs[key as usize].as_ref().unwrap().peer_key;
-        let unsched_priority = self.peers.info(pk).unsched_priority(response.len() as u32);
+        let unsched_priority = self.peers.unsched_priority(pk, response.len() as u32);
         let r = self.rpcs[key as usize].as_mut().unwrap();
         if r.state != RpcState::ServerInService {
             return Err(SendError::UnknownRpc);
@@ -511,7 +511,7 @@ impl Endpoint {
                         || (cut.version.wrapping_sub(peer.cutoff_version) as i16) > 0
                     {
                         peer.cutoff_version = cut.version;
-                        self.peers.info_mut(pk).cutoffs = cut.cutoffs;
+                        self.peers.set_cutoffs(pk, cut.cutoffs);
                     }
                 }
                 None => self.metrics.drop(DropReason::UnknownRpc),
@@ -605,7 +605,18 @@ impl Endpoint {
     ) -> RpcKey {
         let birth = self.next_birth;
         self.next_birth += 1;
-        let rpc = Rpc {
+        let key = match self.free_keys.pop() {
+            Some(k) => k,
+            None => {
+                self.rpcs.push(None);
+                (self.rpcs.len() - 1) as RpcKey
+            }
+        };
+        let slot = &mut self.rpcs[key as usize];
+        debug_assert!(slot.is_none());
+        // Built in the assignment itself, so that it is written straight into
+        // the slot rather than on the stack and then copied (264 bytes).
+        *slot = Some(Rpc {
             is_client,
             id,
             peer,
@@ -618,17 +629,7 @@ impl Endpoint {
             last_prod: now,
             peer_busy: false,
             restarts: 0,
-        };
-        let key = match self.free_keys.pop() {
-            Some(k) => {
-                self.rpcs[k as usize] = Some(rpc);
-                k
-            }
-            None => {
-                self.rpcs.push(Some(rpc));
-                (self.rpcs.len() - 1) as RpcKey
-            }
-        };
+        });
         let p = &mut self.peers[peer_key];
         p.rpcs += 1;
         p.last_active = now;

@@ -1,8 +1,8 @@
 //! What an endpoint remembers about each peer it talks to.
 
 use crate::endpoint::Time;
+use crate::table::{LinearTable, Slot};
 use crate::wire::MAX_PRIORITIES;
-use foldhash::HashMap;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 
@@ -156,6 +156,36 @@ impl Hash for PeerAddr {
     }
 }
 
+/// An entry of the address index: one 32-byte slot, so a lookup reads one
+/// cache line (a `HashMap` reads a control group, then the bucket).
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+struct AddrSlot {
+    addr: PeerAddr,
+    /// `u32::MAX`: empty.
+    key: PeerKey,
+}
+
+impl Slot for AddrSlot {
+    type Key = PeerAddr;
+    const EMPTY: AddrSlot = AddrSlot {
+        addr: PeerAddr {
+            ip_lo: 0,
+            ip_hi: 0,
+            rest: 0,
+        },
+        key: PeerKey::MAX,
+    };
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.key == PeerKey::MAX
+    }
+    #[inline]
+    fn key(&self) -> PeerAddr {
+        self.addr
+    }
+}
+
 /// The peers an endpoint knows: a slab of [`Peer`]s addressed by [`PeerKey`],
 /// plus a hash index from address to key used only where a packet or call
 /// names a peer by address. Freed slots are reused lowest-last (a stack), so
@@ -166,13 +196,14 @@ pub(crate) struct Peers {
     /// `info[k]` belongs to `slots[k]` (stale while the slot is free).
     info: Vec<PeerInfo>,
     free: Vec<PeerKey>,
-    index: HashMap<PeerAddr, PeerKey>,
+    index: LinearTable<AddrSlot>,
 }
 
 impl Peers {
     #[inline]
     pub fn find(&self, addr: SocketAddr) -> Option<PeerKey> {
-        self.index.get(&PeerAddr::new(&addr)).copied()
+        let i = self.index.find(PeerAddr::new(&addr))?;
+        Some(self.index.at(i).key)
     }
 
     pub fn len(&self) -> usize {
@@ -205,8 +236,11 @@ impl Peers {
                 (self.slots.len() - 1) as PeerKey
             }
         };
-        let old = self.index.insert(PeerAddr::new(&addr), key);
-        debug_assert!(old.is_none(), "peer {addr} inserted twice");
+        debug_assert!(key < PeerKey::MAX);
+        self.index.insert_new(AddrSlot {
+            addr: PeerAddr::new(&addr),
+            key,
+        });
         key
     }
 
@@ -215,7 +249,7 @@ impl Peers {
         if let Some(p) = self.slots[key as usize].take() {
             debug_assert!(p.unreferenced());
             self.index
-                .remove(&PeerAddr::new(&self.info[key as usize].addr));
+                .remove(PeerAddr::new(&self.info[key as usize].addr));
             self.free.push(key);
         }
     }

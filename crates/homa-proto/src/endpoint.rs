@@ -10,7 +10,6 @@ use crate::servers::ServerTable;
 use crate::srpt::SrptQueue;
 use crate::wire::{self, Body, CommonHeader, Packet, MAX_ACKS_PER_PACKET, MAX_PRIORITIES};
 use bytes::Bytes;
-use foldhash::HashMap;
 use std::collections::{BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use thiserror::Error;
@@ -173,7 +172,14 @@ pub struct Endpoint {
     // Hash maps: looked up on every packet. Nothing iterates them in a way
     // that reaches an output, so their random iteration order cannot make
     // the engine non-deterministic.
-    pub(crate) client_ids: HashMap<u64, RpcKey>,
+    /// Client RPCs live now.
+    pub(crate) client_rpc_count: usize,
+    /// A client RPC's id is `seq << key_bits | key`, its slab key in the low
+    /// bits: a response finds its RPC by indexing the slab and comparing the
+    /// id, no hash table. `key_bits` covers every key the slab can reach
+    /// (`max_client_rpcs + max_server_rpcs`); the sequence number (at least
+    /// 32 bits, from `rpc_id_seed`) keeps ids unique over time.
+    pub(crate) key_bits: u32,
     /// Server RPCs, live or finished (tombstones) in one table, so that the
     /// lookup a request's DATA packet needs anyway also finds its tombstone,
     /// and finishing an RPC rewrites its entry in place.
@@ -186,7 +192,8 @@ pub struct Endpoint {
     pub(crate) tombstone_queue: VecDeque<TombRef>,
     /// Number of the next tombstone-queue entry (wraps; 31 bits are kept).
     pub(crate) tombstone_n: u32,
-    pub(crate) next_id: u64,
+    /// Sequence number of the next client RPC (never 0, so no id is 0).
+    pub(crate) next_seq: u64,
     pub(crate) next_birth: u64,
 
     // Sender side (outgoing.rs).
@@ -249,6 +256,10 @@ impl Endpoint {
         // every length that the higher ones do not.
         my_cutoffs[(levels - unsched_levels) as usize] = u32::MAX;
         let tick_ns = (config.resend_interval_ns / 2).max(1);
+        let max_keys = config
+            .max_client_rpcs
+            .saturating_add(config.max_server_rpcs);
+        let key_bits = (usize::BITS - max_keys.saturating_sub(1).leading_zeros()).clamp(1, 32);
         let ep = Endpoint {
             unsched_bytes: config.effective_unsched_bytes(),
             grant_window: config.effective_grant_window(),
@@ -263,14 +274,15 @@ impl Endpoint {
             pool: Pool::new(config.pool_bytes),
             rpcs: Vec::new(),
             free_keys: Vec::new(),
-            client_ids: HashMap::default(),
+            client_rpc_count: 0,
+            key_bits,
             server_ids: ServerTable::default(),
             server_rpc_count: 0,
             peers: Peers::default(),
             tombstone_count: 0,
             tombstone_queue: VecDeque::new(),
             tombstone_n: 0,
-            next_id: splitmix64(config.rpc_id_seed).max(1),
+            next_seq: (splitmix64(config.rpc_id_seed) >> key_bits).max(1),
             next_birth: 0,
             sendable: SrptQueue::default(),
             sendable_by_age: SrptQueue::default(),
@@ -313,7 +325,7 @@ impl Endpoint {
             self.server_rpc_count + self.tombstone_count
         );
         EndpointStats {
-            client_rpcs: self.client_ids.len(),
+            client_rpcs: self.client_rpc_count,
             server_rpcs: self.server_rpc_count,
             peers: self.peers.len(),
             tombstones: self.tombstone_count,
@@ -340,7 +352,7 @@ impl Endpoint {
 
     /// True when the endpoint has no RPCs and nothing to transmit.
     pub fn is_idle(&self) -> bool {
-        self.client_ids.is_empty()
+        self.client_rpc_count == 0
             && self.server_rpc_count == 0
             && self.control.is_empty()
             && self.events.is_empty()
@@ -367,18 +379,18 @@ impl Endpoint {
                 max: self.config.max_message_length,
             });
         }
-        if self.client_ids.len() >= self.config.max_client_rpcs {
+        if self.client_rpc_count >= self.config.max_client_rpcs {
             return Err(SendError::TooManyRpcs(self.config.max_client_rpcs));
         }
         let Some(pk) = self.ensure_peer(now, dest) else {
             return Err(SendError::TooManyPeers(self.config.max_peers));
         };
-        let id = self.next_id;
-        self.next_id = self.next_id.wrapping_add(1).max(1);
-        let unsched_priority = self.peers.info(pk).unsched_priority(request.len() as u32);
-        let key = self.insert_rpc(now, true, id, dest, pk, RpcState::ClientActive);
-        self.rpc(key).out = Some(OutMsg::new(request, self.unsched_bytes, unsched_priority));
-        self.client_ids.insert(id, key);
+        let unsched_priority = self.peers.unsched_priority(pk, request.len() as u32);
+        let key = self.insert_rpc(now, true, 0, dest, pk, RpcState::ClientActive);
+        let unsched = self.unsched_bytes;
+        let rpc = self.rpc(key);
+        rpc.out = Some(OutMsg::new(request, unsched, unsched_priority));
+        let id = rpc.id;
         self.requeue_out(key);
         Ok(RpcId(id))
     }
@@ -404,7 +416,7 @@ impl Endpoint {
             return Err(SendError::UnknownRpc);
         };
         let pk = self.rpcs[key as usize].as_ref().unwrap().peer_key;
-        let unsched_priority = self.peers.info(pk).unsched_priority(response.len() as u32);
+        let unsched_priority = self.peers.unsched_priority(pk, response.len() as u32);
         let r = self.rpcs[key as usize].as_mut().unwrap();
         if r.state != RpcState::ServerInService {
             return Err(SendError::UnknownRpc);
@@ -441,7 +453,7 @@ impl Endpoint {
 
     /// Abandons a client RPC (no event is generated for it). Unknown ids are ignored.
     pub fn cancel(&mut self, id: RpcId) {
-        if let Some(&key) = self.client_ids.get(&id.0) {
+        if let Some(key) = self.client_key(id.0) {
             self.free_rpc(self.last_now, key);
         }
     }
@@ -562,7 +574,7 @@ impl Endpoint {
                         || (cut.version.wrapping_sub(peer.cutoff_version) as i16) > 0
                     {
                         peer.cutoff_version = cut.version;
-                        self.peers.info_mut(pk).cutoffs = cut.cutoffs;
+                        self.peers.set_cutoffs(pk, cut.cutoffs);
                     }
                 }
                 None => self.metrics.drop(DropReason::UnknownRpc),
@@ -607,9 +619,17 @@ impl Endpoint {
                 ServerEntry::Tomb(_) => None,
             }
         } else {
-            let key = *self.client_ids.get(&c.rpc_id)?;
+            let key = self.client_key(c.rpc_id)?;
             (self.rpcs[key as usize].as_ref().unwrap().peer_key == pk).then_some(key)
         }
+    }
+
+    /// The live client RPC with id `id` (any value: ids come from the network).
+    #[inline]
+    pub(crate) fn client_key(&self, id: u64) -> Option<RpcKey> {
+        let key = id & ((1u64 << self.key_bits) - 1);
+        let rpc = self.rpcs.get(key as usize)?.as_ref()?;
+        (rpc.is_client && rpc.id == id).then_some(key as RpcKey)
     }
 
     pub(crate) fn rpc(&mut self, key: RpcKey) -> &mut Rpc {
@@ -645,6 +665,8 @@ impl Endpoint {
         Some(self.peers.insert(addr, self.my_cutoffs, now))
     }
 
+    /// Adds an RPC; `id` is the client's id for a server RPC, and ignored for
+    /// a client RPC (which is given its id here, see `key_bits`).
     pub(crate) fn insert_rpc(
         &mut self,
         now: Time,
@@ -656,7 +678,33 @@ impl Endpoint {
     ) -> RpcKey {
         let birth = self.next_birth;
         self.next_birth += 1;
-        let rpc = Rpc {
+        let key = match self.free_keys.pop() {
+            Some(k) => k,
+            None => {
+                self.rpcs.push(None);
+                (self.rpcs.len() - 1) as RpcKey
+            }
+        };
+        let id = if is_client {
+            // A live RPC holds its key, so ids of live RPCs differ in their
+            // key bits; over time, in their sequence numbers.
+            debug_assert!(
+                (key as u64) < 1u64 << self.key_bits,
+                "slab beyond its limits"
+            );
+            let seq = self.next_seq;
+            self.next_seq = (seq + 1) & (u64::MAX >> self.key_bits);
+            self.next_seq = self.next_seq.max(1);
+            self.client_rpc_count += 1;
+            seq << self.key_bits | key as u64
+        } else {
+            id
+        };
+        let slot = &mut self.rpcs[key as usize];
+        debug_assert!(slot.is_none());
+        // Built in the assignment itself, so that it is written straight into
+        // the slot rather than on the stack and then copied (264 bytes).
+        *slot = Some(Rpc {
             is_client,
             id,
             peer,
@@ -669,17 +717,7 @@ impl Endpoint {
             last_prod: now,
             peer_busy: false,
             restarts: 0,
-        };
-        let key = match self.free_keys.pop() {
-            Some(k) => {
-                self.rpcs[k as usize] = Some(rpc);
-                k
-            }
-            None => {
-                self.rpcs.push(Some(rpc));
-                (self.rpcs.len() - 1) as RpcKey
-            }
-        };
+        });
         let p = &mut self.peers[peer_key];
         p.rpcs += 1;
         p.last_active = now;
@@ -703,7 +741,7 @@ impl Endpoint {
         *slot = None;
         self.free_keys.push(key);
         if is_client {
-            self.client_ids.remove(&id);
+            self.client_rpc_count -= 1;
         } else {
             self.server_rpc_count -= 1;
             let sk = ServerKey { peer: pk, id };

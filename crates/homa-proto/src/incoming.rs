@@ -281,9 +281,13 @@ impl Endpoint {
     fn finish_incoming(&mut self, now: Time, key: RpcKey) {
         self.remove_from_grantable(key);
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
-        let inc = rpc.inc.take().unwrap();
+        // Take only what is needed; dropping the rest in place spares
+        // copying the whole (112-byte) InMsg out.
+        let inc = rpc.inc.as_mut().unwrap();
         self.incoming_total -= inc.outstanding();
-        let message = self.pool.into_message(inc.alloc.unwrap());
+        let alloc = inc.alloc.take().unwrap();
+        rpc.inc = None;
+        let message = self.pool.into_message(alloc);
         if rpc.is_client {
             let (id, peer, pk) = (rpc.id, rpc.peer, rpc.peer_key);
             self.events.push_back(Event::Response {

@@ -56,6 +56,7 @@ pub mod pool;
 mod rpc;
 mod servers;
 mod srpt;
+mod table;
 mod timer;
 pub mod wire;
 

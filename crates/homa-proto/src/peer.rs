@@ -1,8 +1,8 @@
 //! What an endpoint remembers about each peer it talks to.
 
 use crate::endpoint::Time;
+use crate::table::{LinearTable, Slot};
 use crate::wire::MAX_PRIORITIES;
-use foldhash::HashMap;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 
@@ -21,9 +21,6 @@ pub(crate) struct Peer {
     pub echo_time: u64,
     /// Last time the peer had an RPC or sent us a packet.
     pub last_active: Time,
-    /// Smallest round-trip time measured from echoed timestamps (`u64::MAX`:
-    /// none yet).
-    rtt_min: u64,
     /// Completed client RPCs whose server state the peer may drop.
     pub pending_acks: Vec<u64>,
     /// RPCs (client and server) that refer to this peer.
@@ -32,9 +29,20 @@ pub(crate) struct Peer {
     pub server_rpcs: u32,
     /// Tombstones of server RPCs from this peer (they pin the peer's key).
     pub tombstones: u32,
+    /// Smallest round-trip time measured from echoed timestamps, in ns,
+    /// saturating below `u32::MAX` (`u32::MAX`: none yet). 32 bits leave room
+    /// in this line for the cutoff summary below.
+    rtt_min: u32,
+    /// The peer's highest unscheduled level with a cutoff and that cutoff:
+    /// a message of at most `top_cutoff` bytes goes at `top_level`, found
+    /// without reading `PeerInfo` (a second, usually cold, cache line for
+    /// every message sent). Kept in step with `PeerInfo::cutoffs` by
+    /// [`Peers::set_cutoffs`].
+    top_cutoff: u32,
     /// Version of the peer's cutoffs (`PeerInfo::cutoffs`), echoed in our DATA
     /// packets so that the peer can tell us when it has newer ones.
     pub cutoff_version: u16,
+    top_level: u8,
 }
 
 const _: () = assert!(std::mem::size_of::<Option<Peer>>() == 64);
@@ -52,21 +60,24 @@ pub(crate) struct PeerInfo {
 impl Peer {
     /// Version 0 means "not heard yet", so the peer's first DATA from us
     /// triggers a CUTOFFS reply.
-    fn new(now: Time) -> Peer {
+    fn new(now: Time, cutoffs: &[u32; MAX_PRIORITIES]) -> Peer {
+        let (top_level, top_cutoff) = top_cutoff(cutoffs);
         Peer {
             echo_time: 0,
             last_active: now,
-            rtt_min: u64::MAX,
+            rtt_min: u32::MAX,
             pending_acks: Vec::new(),
             rpcs: 0,
             server_rpcs: 0,
             tombstones: 0,
+            top_cutoff,
             cutoff_version: 0,
+            top_level,
         }
     }
 
     pub fn rtt_min(&self) -> Option<u64> {
-        (self.rtt_min != u64::MAX).then_some(self.rtt_min)
+        (self.rtt_min != u32::MAX).then_some(self.rtt_min as u64)
     }
 
     /// Nothing refers to the peer's key: it may be evicted or forgotten.
@@ -79,9 +90,20 @@ impl Peer {
         self.echo_time = send_time;
         self.last_active = now;
         if echo_time != 0 && echo_time <= now {
-            self.rtt_min = self.rtt_min.min(now - echo_time);
+            let rtt = (now - echo_time).min(u32::MAX as u64 - 1) as u32;
+            self.rtt_min = self.rtt_min.min(rtt);
         }
     }
+}
+
+/// The highest level with a non-zero cutoff and its cutoff ((0, 0) if none):
+/// any length up to that cutoff gets that level from
+/// [`PeerInfo::unsched_priority`].
+fn top_cutoff(cutoffs: &[u32; MAX_PRIORITIES]) -> (u8, u32) {
+    (0..MAX_PRIORITIES)
+        .rev()
+        .find(|&i| cutoffs[i] != 0)
+        .map_or((0, 0), |i| (i as u8, cutoffs[i]))
 }
 
 impl PeerInfo {
@@ -134,6 +156,36 @@ impl Hash for PeerAddr {
     }
 }
 
+/// An entry of the address index: one 32-byte slot, so a lookup reads one
+/// cache line (a `HashMap` reads a control group, then the bucket).
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+struct AddrSlot {
+    addr: PeerAddr,
+    /// `u32::MAX`: empty.
+    key: PeerKey,
+}
+
+impl Slot for AddrSlot {
+    type Key = PeerAddr;
+    const EMPTY: AddrSlot = AddrSlot {
+        addr: PeerAddr {
+            ip_lo: 0,
+            ip_hi: 0,
+            rest: 0,
+        },
+        key: PeerKey::MAX,
+    };
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.key == PeerKey::MAX
+    }
+    #[inline]
+    fn key(&self) -> PeerAddr {
+        self.addr
+    }
+}
+
 /// The peers an endpoint knows: a slab of [`Peer`]s addressed by [`PeerKey`],
 /// plus a hash index from address to key used only where a packet or call
 /// names a peer by address. Freed slots are reused lowest-last (a stack), so
@@ -144,13 +196,14 @@ pub(crate) struct Peers {
     /// `info[k]` belongs to `slots[k]` (stale while the slot is free).
     info: Vec<PeerInfo>,
     free: Vec<PeerKey>,
-    index: HashMap<PeerAddr, PeerKey>,
+    index: LinearTable<AddrSlot>,
 }
 
 impl Peers {
     #[inline]
     pub fn find(&self, addr: SocketAddr) -> Option<PeerKey> {
-        self.index.get(&PeerAddr::new(&addr)).copied()
+        let i = self.index.find(PeerAddr::new(&addr))?;
+        Some(self.index.at(i).key)
     }
 
     pub fn len(&self) -> usize {
@@ -176,20 +229,24 @@ impl Peers {
             cutoffs,
             cutoffs_sent_at: None,
         };
+        let peer = Peer::new(now, &cutoffs);
         let key = match self.free.pop() {
             Some(k) => {
-                self.slots[k as usize] = Some(Peer::new(now));
+                self.slots[k as usize] = Some(peer);
                 self.info[k as usize] = info;
                 k
             }
             None => {
-                self.slots.push(Some(Peer::new(now)));
+                self.slots.push(Some(peer));
                 self.info.push(info);
                 (self.slots.len() - 1) as PeerKey
             }
         };
-        let old = self.index.insert(PeerAddr::new(&addr), key);
-        debug_assert!(old.is_none(), "peer {addr} inserted twice");
+        debug_assert!(key < PeerKey::MAX);
+        self.index.insert_new(AddrSlot {
+            addr: PeerAddr::new(&addr),
+            key,
+        });
         key
     }
 
@@ -198,9 +255,31 @@ impl Peers {
         if let Some(p) = self.slots[key as usize].take() {
             debug_assert!(p.unreferenced());
             self.index
-                .remove(&PeerAddr::new(&self.info[key as usize].addr));
+                .remove(PeerAddr::new(&self.info[key as usize].addr));
             self.free.push(key);
         }
+    }
+
+    /// Unscheduled priority for a message of `len` bytes to peer `key`
+    /// ([`PeerInfo::unsched_priority`]); reads only the peer's hot line
+    /// unless the message is longer than the top level's cutoff.
+    #[inline]
+    pub fn unsched_priority(&self, key: PeerKey, len: u32) -> u8 {
+        let p = &self[key];
+        if len <= p.top_cutoff {
+            p.top_level
+        } else {
+            self.info(key).unsched_priority(len)
+        }
+    }
+
+    /// Records the cutoffs peer `key` announced.
+    pub fn set_cutoffs(&mut self, key: PeerKey, cutoffs: [u32; MAX_PRIORITIES]) {
+        let (level, cutoff) = top_cutoff(&cutoffs);
+        let p = &mut self[key];
+        p.top_level = level;
+        p.top_cutoff = cutoff;
+        self.info_mut(key).cutoffs = cutoffs;
     }
 
     /// The rarely used part of live peer `key`.
@@ -261,6 +340,52 @@ mod tests {
         SocketAddr::from(([10, 0, 0, i], 4000))
     }
 
+    /// The summary in the hot line gives the same level as the full scan,
+    /// for every length around every cutoff, after inserts and updates.
+    #[test]
+    fn unsched_priority_summary_matches_the_cutoffs() {
+        let mut t = Peers::default();
+        let mut x = 7u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let random_cutoffs = |next: &mut dyn FnMut() -> u64| {
+            let mut c = [0u32; MAX_PRIORITIES];
+            for v in c.iter_mut() {
+                *v = match next() % 4 {
+                    0 => 0,
+                    1 => u32::MAX,
+                    _ => (next() % 200_000) as u32,
+                };
+            }
+            c
+        };
+        let k = t.insert(addr(1), [0; MAX_PRIORITIES], 0);
+        for round in 0..500 {
+            let cutoffs = random_cutoffs(&mut next);
+            if round % 2 == 0 {
+                t.set_cutoffs(k, cutoffs);
+            } else {
+                t.remove(k);
+                assert_eq!(t.insert(addr(1), cutoffs, 0), k);
+            }
+            let mut lens = vec![0, 1, u32::MAX];
+            for &c in &cutoffs {
+                lens.extend([c.saturating_sub(1), c, c.saturating_add(1)]);
+            }
+            for len in lens {
+                assert_eq!(
+                    t.unsched_priority(k, len),
+                    t.info(k).unsched_priority(len),
+                    "{cutoffs:?} len {len}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn address_keys_ignore_only_the_flow_label() {
         use std::net::SocketAddrV6;
@@ -312,7 +437,7 @@ mod rtt_tests {
 
     #[test]
     fn rtt_min_tracks_the_smallest_echoed_round_trip() {
-        let mut p = Peer::new(0);
+        let mut p = Peer::new(0, &[0; MAX_PRIORITIES]);
         assert_eq!(p.rtt_min(), None);
         p.observe(100, 5, 0); // no echo: no sample
         assert_eq!((p.rtt_min(), p.echo_time), (None, 5));
@@ -324,5 +449,9 @@ mod rtt_tests {
         assert_eq!(p.rtt_min(), Some(0));
         p.observe(300, 9, 400); // an echo from the future does not
         assert_eq!(p.rtt_min(), Some(0));
+        // A sample beyond 32 bits of ns saturates (and is still a sample).
+        let mut p = Peer::new(0, &[0; MAX_PRIORITIES]);
+        p.observe(1 << 40, 5, 1);
+        assert_eq!(p.rtt_min(), Some(u32::MAX as u64 - 1));
     }
 }

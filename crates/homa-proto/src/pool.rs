@@ -10,7 +10,10 @@
 //!   into a shared "current" bpage with a bump pointer.
 //! * Each bpage has an atomic reference count: the number of allocations and
 //!   message handles with a chunk in it, plus one while it is the current
-//!   packing page. A bpage is free exactly when its count is zero. Only the
+//!   packing page, plus the references the pool has paid for in advance on
+//!   the current page (`Pool::prepaid`): giving one of those to a new chunk
+//!   is a plain decrement of the pool's own counter, not an atomic operation.
+//!   A bpage is free exactly when its count is zero. Only the
 //!   allocator moves a count up from zero, so a bpage seen free by the
 //!   allocator stays free until the allocator claims it.
 //! * [`Pool::allocate`] reserves every byte of a message at once or nothing
@@ -53,6 +56,12 @@ pub const BPAGE_SIZE: usize = 64 * 1024;
 /// Chunks start on this alignment inside a packed bpage, so that applications
 /// can parse headers in place.
 const CHUNK_ALIGN: usize = 8;
+
+/// References the pool takes on its current packing page in one atomic
+/// addition, to hand out to the chunks packed into it. A page holds at most
+/// `BPAGE_SIZE / CHUNK_ALIGN` chunks, so one batch normally lasts the page's
+/// whole time as the current one.
+const PREPAY: usize = BPAGE_SIZE / CHUNK_ALIGN;
 
 /// Reference counts above this abort the process (like `Arc`): only reachable
 /// by leaking clones of a message.
@@ -209,11 +218,19 @@ unsafe fn release_owners(shared: SharedPtr, n: usize) {
 /// The caller holds a reference on `page`, and does not touch the state
 /// afterwards unless it holds a reference on another bpage (or is the pool).
 unsafe fn release_page(shared: SharedPtr, page: u32) {
+    release_page_refs(shared, page, 1)
+}
+
+/// [`release_page`] for `n` references at once.
+///
+/// # Safety
+/// As for [`release_page`], holding `n` references.
+unsafe fn release_page_refs(shared: SharedPtr, page: u32, n: usize) {
     // Only short-lived references: the state may be freed at the end.
     let s = shared.0.as_ptr();
-    let prev = (*s).refs[page as usize].fetch_sub(1, Ordering::Release);
-    debug_assert!(prev > 0, "bpage {page} refcount underflow");
-    if prev == 1 {
+    let prev = (*s).refs[page as usize].fetch_sub(n, Ordering::Release);
+    debug_assert!(prev >= n, "bpage {page} refcount underflow");
+    if prev == n {
         (*s).free.fetch_add(1, Ordering::Release);
         (*s).low_hint.fetch_min(page as usize, Ordering::AcqRel);
         release_owners(shared, 1);
@@ -312,8 +329,12 @@ pub struct Pool {
     shared: SharedPtr,
     /// Bytes of all allocations made (wrapping); see `PoolShared::reserved`.
     allocated: usize,
-    /// The bpage small chunks are packed into; holds one reference of its own.
+    /// The bpage small chunks are packed into; holds one reference of its own
+    /// plus `prepaid`.
     current: Option<u32>,
+    /// References on `current` already added to its count and not yet given
+    /// to a chunk (see [`PREPAY`]).
+    prepaid: usize,
     /// Bump pointer: next free offset in `current`.
     cursor: usize,
     /// Reused buffer for bpage searches (avoids a heap allocation per call).
@@ -359,6 +380,7 @@ impl Pool {
             shared: SharedPtr(NonNull::from(Box::leak(shared))),
             allocated: 0,
             current: None,
+            prepaid: 0,
             cursor: 0,
             scratch: Vec::new(),
         }
@@ -373,8 +395,9 @@ impl Pool {
     /// packing may restart at its beginning (the Acquire load orders all
     /// earlier readers' accesses before our reuse).
     fn current_idle(&self) -> bool {
-        self.current
-            .is_some_and(|c| self.shared().refs[c as usize].load(Ordering::Acquire) == 1)
+        self.current.is_some_and(|c| {
+            self.shared().refs[c as usize].load(Ordering::Acquire) == 1 + self.prepaid
+        })
     }
 
     /// How a message of `len` bytes would be placed given the current state,
@@ -454,15 +477,21 @@ impl Pool {
                 None
             } else if in_current {
                 let page = self.current.expect("in_current implies a current page");
-                self.shared().refs[page as usize].fetch_add(1, Ordering::Relaxed);
+                if self.prepaid == 0 {
+                    self.shared().refs[page as usize].fetch_add(PREPAY, Ordering::Relaxed);
+                    self.prepaid = PREPAY;
+                }
+                self.prepaid -= 1;
                 Some(self.pack(page, tail))
             } else {
                 // Highest found page: directly follows the full pages when they
                 // are consecutive, so the message stays one fragment.
                 let page = found.pop().expect("need counts the tail page");
                 self.drop_current();
-                // One reference for the chunk (stored above), one for packing.
-                self.shared().refs[page as usize].fetch_add(1, Ordering::Relaxed);
+                // One reference for the chunk, one for packing and a batch
+                // for later chunks; still ours alone, so a plain store.
+                self.shared().refs[page as usize].store(2 + PREPAY, Ordering::Relaxed);
+                self.prepaid = PREPAY;
                 self.current = Some(page);
                 self.cursor = 0;
                 Some(self.pack(page, tail))
@@ -497,9 +526,10 @@ impl Pool {
     /// Stops packing into the current page, dropping the pool's reference.
     fn drop_current(&mut self) {
         if let Some(c) = self.current.take() {
-            // SAFETY: the current page holds a reference of the pool's, and
-            // the pool keeps its own ownership unit.
-            unsafe { release_page(self.shared, c) };
+            // SAFETY: the pool holds 1 + `prepaid` references on the current
+            // page, and keeps its own ownership unit.
+            unsafe { release_page_refs(self.shared, c, 1 + self.prepaid) };
+            self.prepaid = 0;
         }
         self.cursor = 0;
     }
@@ -1193,6 +1223,56 @@ mod tests {
         assert_content(&c, 8);
     }
 
+    /// The references prepaid on the packing page run out and are topped up
+    /// (a page reused by rewinding takes more chunks over its life than one
+    /// batch), and are all returned when the page stops being current.
+    #[test]
+    fn prepaid_references_are_refilled_and_returned() {
+        let mut pool = Pool::new(2 * BPAGE_SIZE);
+        // One message held at a time (for 1000 allocations), so the page is
+        // sometimes busy (packing moves on) and sometimes idle (rewinds).
+        let mut held: Option<(Message, u32)> = None;
+        let mut refilled = false;
+        for i in 0..3 * PREPAY as u32 {
+            let before = (pool.current, pool.prepaid);
+            let m = deliver(&mut pool, 1 + (i as usize % 8), i).unwrap();
+            refilled |= pool.current == before.0 && pool.prepaid > before.1;
+            if i % 1000 == 500 {
+                // Idle for a while: packing rewinds on the same page.
+                if let Some((old, seed)) = held.take() {
+                    assert_content(&old, seed);
+                }
+            }
+            if i % 1000 == 0 {
+                if let Some((old, seed)) = held.replace((m, i)) {
+                    assert_content(&old, seed);
+                }
+            } else {
+                drop(m);
+            }
+            if i % 1024 == 0 {
+                let held_now: Vec<Vec<Message>> =
+                    held.take().map(|(m, _)| vec![m]).into_iter().collect();
+                check_invariants(&pool, &held_now);
+                if let Some(m) = held_now.into_iter().flatten().next() {
+                    held = Some((m, i - i % 1000));
+                }
+            }
+        }
+        assert!(refilled, "a page took more chunks than one batch");
+        drop(held);
+        check_invariants(&pool, &[]);
+        assert!(pool.is_empty());
+        // A message that needs the whole pool takes the idle packing page
+        // back, with all its prepaid references.
+        let big = pool.allocate(2 * BPAGE_SIZE).unwrap();
+        assert_eq!((pool.current, pool.prepaid), (None, 0));
+        assert_eq!(pool.free_bpages(), 0);
+        drop(big);
+        check_invariants(&pool, &[]);
+        assert_eq!(pool.free_bpages(), 2);
+    }
+
     /// A pool whose shared state reports when it is freed.
     fn tracked_pool(bytes: usize) -> (Pool, std::sync::Arc<std::sync::atomic::AtomicBool>) {
         let pool = Pool::new(bytes);
@@ -1283,7 +1363,7 @@ mod tests {
             all.extend(ranges(&group[0].layout));
         }
         if let Some(c) = pool.current {
-            expect[c as usize] += 1;
+            expect[c as usize] += 1 + pool.prepaid;
         }
         let refs: Vec<usize> = pool
             .shared()
@@ -1325,9 +1405,9 @@ mod tests {
             .iter()
             .filter(|r| r.load(Ordering::Relaxed) == 0)
             .count();
-        let idle = pool
-            .current
-            .is_some_and(|c| pool.shared().refs[c as usize].load(Ordering::Relaxed) == 1);
+        let idle = pool.current.is_some_and(|c| {
+            pool.shared().refs[c as usize].load(Ordering::Relaxed) == 1 + pool.prepaid
+        });
         let tail = len % BPAGE_SIZE;
         let fits = tail > 0 && pool.current.is_some() && (idle || pool.cursor + tail <= BPAGE_SIZE);
         len / BPAGE_SIZE + usize::from(tail > 0 && !fits) <= zero + usize::from(idle && !fits)

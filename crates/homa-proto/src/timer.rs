@@ -56,7 +56,7 @@ impl Endpoint {
             self.peers.remove(k);
         }
         self.scratch_keys = gone;
-        self.next_tick = if !self.client_ids.is_empty() || self.server_rpc_count > 0 {
+        self.next_tick = if self.client_rpc_count > 0 || self.server_rpc_count > 0 {
             now.saturating_add(self.tick_ns)
         } else {
             let peer_expiry = self

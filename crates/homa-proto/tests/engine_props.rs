@@ -472,3 +472,68 @@ fn tombstones_expire_incrementally_and_never_early() {
     ep.handle_datagram(now, a, &request_datagram(n));
     assert!(matches!(ep.poll_event(), Some(Event::Request { .. })));
 }
+
+/// Client RPC ids carry the slab key in their low bits: still unique over
+/// time although keys are reused, never 0, and a response whose id differs
+/// from a live one anywhere (or comes from another peer) matches nothing.
+#[test]
+fn client_ids_are_unique_and_only_exact_ids_match() {
+    let config = Config {
+        checksum: false,
+        ..Config::default()
+    };
+    let mut ep = Endpoint::new(config, 0).unwrap();
+    let server = addr(9);
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..5_000u64 {
+        let id = ep
+            .send_request(i, server, Bytes::from_static(b"q"))
+            .unwrap();
+        assert!(id.0 != 0 && seen.insert(id.0), "id {:#x} repeated", id.0);
+        // Keep a few alive so that several keys are in use.
+        if i % 7 != 0 {
+            ep.cancel(id);
+        }
+    }
+    let live = ep
+        .send_request(9_000, server, Bytes::from_static(b"q"))
+        .unwrap();
+    let response = |id: u64| {
+        let mut out = Vec::new();
+        let common = CommonHeader {
+            from_client: false,
+            retransmit: false,
+            rpc_id: id,
+            send_time: 1,
+            echo_time: 0,
+        };
+        let header = DataHeader {
+            message_length: 3,
+            offset: 0,
+            unsched_bytes: 3,
+            cutoff_version: 1,
+            ack: 0,
+        };
+        let body = Body::Data {
+            header,
+            payload: b"abc",
+        };
+        wire::encode(&mut out, &common, &body, false);
+        out
+    };
+    let unknown = |ep: &Endpoint| ep.metrics().drops(DropReason::UnknownRpc);
+    for bit in 0..64 {
+        ep.handle_datagram(10_000, server, &response(live.0 ^ 1 << bit));
+        assert_eq!(unknown(&ep), bit + 1, "id with bit {bit} flipped matched");
+    }
+    ep.handle_datagram(10_000, addr(10), &response(live.0));
+    assert_eq!(unknown(&ep), 65, "a response from another peer matched");
+    while ep.poll_event().is_some() {}
+    ep.handle_datagram(10_000, server, &response(live.0));
+    match ep.poll_event() {
+        Some(Event::Response { id, message }) => {
+            assert_eq!((id, message.to_vec()), (live, b"abc".to_vec()))
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -372,6 +372,12 @@ impl Endpoint {
         if self.client_rpc_count >= self.config.max_client_rpcs {
             return Err(SendError::TooManyRpcs(self.config.max_client_rpcs));
         }
+        // Start loading the destination's index slot and the slab slot the
+        // RPC will take, so that their misses overlap.
+        self.peers.prefetch_find(&dest);
+        if let Some(&k) = self.free_keys.last() {
+            crate::table::prefetch(&self.rpcs[k as usize]);
+        }
         let Some(pk) = self.ensure_peer(now, dest) else {
             return Err(SendError::TooManyPeers(self.config.max_peers));
         };
@@ -479,6 +485,9 @@ impl Endpoint {
         if self.shut_down {
             return;
         }
+        // The sender's index slot is known before the datagram is read: start
+        // loading it so that its miss overlaps the datagram's.
+        self.peers.prefetch_find(&from);
         // A checksum that is present is always checked; an absent one is
         // refused only if we require checksums (see `Config::checksum`).
         if !wire::verify_checksum(datagram, self.config.require_checksum) {
@@ -497,6 +506,15 @@ impl Endpoint {
         // The one address lookup per packet; everything after uses the key.
         let pk = self.peers.find(from);
         if let Some(pk) = pk {
+            // Start loading the RPC's entry before the peer's line is read.
+            if c.from_client {
+                self.server_ids.prefetch(ServerKey {
+                    peer: pk,
+                    id: c.rpc_id,
+                });
+            } else if let Some(slot) = self.rpcs.get(self.client_slot(c.rpc_id)) {
+                crate::table::prefetch(slot);
+            }
             self.peers[pk].observe(now, c.send_time, c.echo_time);
         }
         match decoded.packet {
@@ -573,11 +591,17 @@ impl Endpoint {
         }
     }
 
+    /// The slab index a client id names (not necessarily a live RPC's).
+    #[inline]
+    fn client_slot(&self, id: u64) -> usize {
+        (id & ((1u64 << self.key_bits) - 1)) as usize
+    }
+
     /// The live client RPC with id `id` (any value: ids come from the network).
     #[inline]
     pub(crate) fn client_key(&self, id: u64) -> Option<RpcKey> {
-        let key = id & ((1u64 << self.key_bits) - 1);
-        let rpc = self.rpcs.get(key as usize)?.as_ref()?;
+        let key = self.client_slot(id);
+        let rpc = self.rpcs.get(key)?.as_ref()?;
         (rpc.is_client && rpc.id == id).then_some(key as RpcKey)
     }
 

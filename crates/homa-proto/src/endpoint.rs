@@ -190,6 +190,10 @@ pub struct Endpoint {
     /// Tombstones in expiry order; an entry whose tombstone was refreshed
     /// since (its number no longer matches the table's) is skipped.
     pub(crate) tombstone_queue: VecDeque<TombRef>,
+    /// Expiry of the queue's entry `EXPIRY_BATCH - 1` (`Time::MAX` if it has
+    /// fewer entries): when a whole batch is due. Kept here so that making a
+    /// tombstone does not read the (cold) front of the queue.
+    pub(crate) tombstone_batch_due: Time,
     /// Number of the next tombstone-queue entry (wraps; 31 bits are kept).
     pub(crate) tombstone_n: u32,
     /// Sequence number of the next client RPC (never 0, so no id is 0).
@@ -274,6 +278,7 @@ impl Endpoint {
             peers: Peers::default(),
             tombstone_count: 0,
             tombstone_queue: VecDeque::new(),
+            tombstone_batch_due: Time::MAX,
             tombstone_n: 0,
             next_seq: (splitmix64(config.rpc_id_seed) >> key_bits).max(1),
             next_birth: 0,
@@ -764,11 +769,16 @@ impl Endpoint {
             peer: sk.peer,
             n,
         });
-        if self
-            .tombstone_queue
-            .get(EXPIRY_BATCH - 1)
-            .is_some_and(|t| t.expiry <= now)
-        {
+        if self.tombstone_queue.len() == EXPIRY_BATCH {
+            self.tombstone_batch_due = expiry;
+        }
+        debug_assert_eq!(
+            self.tombstone_batch_due,
+            self.tombstone_queue
+                .get(EXPIRY_BATCH - 1)
+                .map_or(Time::MAX, |t| t.expiry)
+        );
+        if self.tombstone_batch_due <= now {
             self.expire_batch(now);
         }
     }
@@ -791,6 +801,10 @@ impl Endpoint {
             len += 1;
         }
         self.tombstone_queue.drain(..len);
+        self.tombstone_batch_due = self
+            .tombstone_queue
+            .get(EXPIRY_BATCH - 1)
+            .map_or(Time::MAX, |t| t.expiry);
         for t in batch.into_iter().flatten() {
             let sk = ServerKey {
                 peer: t.peer,

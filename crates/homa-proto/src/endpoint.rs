@@ -190,6 +190,10 @@ pub struct Endpoint {
     /// Tombstones in expiry order; an entry whose tombstone was refreshed
     /// since (its number no longer matches the table's) is skipped.
     pub(crate) tombstone_queue: VecDeque<TombRef>,
+    /// Expiry of the queue's entry `EXPIRY_BATCH - 1` (`Time::MAX` if it has
+    /// fewer entries): when a whole batch is due. Kept here so that making a
+    /// tombstone does not read the (cold) front of the queue.
+    pub(crate) tombstone_batch_due: Time,
     /// Number of the next tombstone-queue entry (wraps; 31 bits are kept).
     pub(crate) tombstone_n: u32,
     /// Sequence number of the next client RPC (never 0, so no id is 0).
@@ -281,6 +285,7 @@ impl Endpoint {
             peers: Peers::default(),
             tombstone_count: 0,
             tombstone_queue: VecDeque::new(),
+            tombstone_batch_due: Time::MAX,
             tombstone_n: 0,
             next_seq: (splitmix64(config.rpc_id_seed) >> key_bits).max(1),
             next_birth: 0,
@@ -381,6 +386,12 @@ impl Endpoint {
         }
         if self.client_rpc_count >= self.config.max_client_rpcs {
             return Err(SendError::TooManyRpcs(self.config.max_client_rpcs));
+        }
+        // Start loading the destination's index slot and the slab slot the
+        // RPC will take, so that their misses overlap.
+        self.peers.prefetch_find(&dest);
+        if let Some(&k) = self.free_keys.last() {
+            crate::table::prefetch(&self.rpcs[k as usize]);
         }
         let Some(pk) = self.ensure_peer(now, dest) else {
             return Err(SendError::TooManyPeers(self.config.max_peers));
@@ -525,6 +536,12 @@ impl Endpoint {
         if self.shut_down {
             return None;
         }
+        // The sender's index slot is known before the datagram is read: start
+        // loading it so that its miss overlaps the datagram's (unless a GRO
+        // batch already knows the peer).
+        if hint.is_none() {
+            self.peers.prefetch_find(&from);
+        }
         // A checksum that is present is always checked; an absent one is
         // refused only if we require checksums (see `Config::checksum`).
         if !wire::verify_checksum(datagram, self.config.require_checksum) {
@@ -548,6 +565,15 @@ impl Endpoint {
             _ => self.peers.find(from),
         };
         if let Some(pk) = pk {
+            // Start loading the RPC's entry before the peer's line is read.
+            if c.from_client {
+                self.server_ids.prefetch(ServerKey {
+                    peer: pk,
+                    id: c.rpc_id,
+                });
+            } else if let Some(slot) = self.rpcs.get(self.client_slot(c.rpc_id)) {
+                crate::table::prefetch(slot);
+            }
             self.peers[pk].observe(now, c.send_time, c.echo_time);
         }
         match decoded.packet {
@@ -624,11 +650,17 @@ impl Endpoint {
         }
     }
 
+    /// The slab index a client id names (not necessarily a live RPC's).
+    #[inline]
+    fn client_slot(&self, id: u64) -> usize {
+        (id & ((1u64 << self.key_bits) - 1)) as usize
+    }
+
     /// The live client RPC with id `id` (any value: ids come from the network).
     #[inline]
     pub(crate) fn client_key(&self, id: u64) -> Option<RpcKey> {
-        let key = id & ((1u64 << self.key_bits) - 1);
-        let rpc = self.rpcs.get(key as usize)?.as_ref()?;
+        let key = self.client_slot(id);
+        let rpc = self.rpcs.get(key)?.as_ref()?;
         (rpc.is_client && rpc.id == id).then_some(key as RpcKey)
     }
 
@@ -791,11 +823,16 @@ impl Endpoint {
             peer: sk.peer,
             n,
         });
-        if self
-            .tombstone_queue
-            .get(EXPIRY_BATCH - 1)
-            .is_some_and(|t| t.expiry <= now)
-        {
+        if self.tombstone_queue.len() == EXPIRY_BATCH {
+            self.tombstone_batch_due = expiry;
+        }
+        debug_assert_eq!(
+            self.tombstone_batch_due,
+            self.tombstone_queue
+                .get(EXPIRY_BATCH - 1)
+                .map_or(Time::MAX, |t| t.expiry)
+        );
+        if self.tombstone_batch_due <= now {
             self.expire_batch(now);
         }
     }
@@ -818,6 +855,10 @@ impl Endpoint {
             len += 1;
         }
         self.tombstone_queue.drain(..len);
+        self.tombstone_batch_due = self
+            .tombstone_queue
+            .get(EXPIRY_BATCH - 1)
+            .map_or(Time::MAX, |t| t.expiry);
         for t in batch.into_iter().flatten() {
             let sk = ServerKey {
                 peer: t.peer,

@@ -216,6 +216,12 @@ impl Peers {
         self.slots.get(key as usize).is_some_and(|s| s.is_some())
     }
 
+    /// Starts loading what [`Peers::find`] of `addr` will read first.
+    #[inline]
+    pub fn prefetch_find(&self, addr: &SocketAddr) {
+        self.index.prefetch(PeerAddr::new(addr));
+    }
+
     /// Adds a peer not yet in the table. `cutoffs` are our own, assumed until
     /// the peer tells us its own.
     pub fn insert(

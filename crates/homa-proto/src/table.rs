@@ -9,6 +9,22 @@
 
 use std::hash::{BuildHasher, Hash};
 
+/// Starts loading the cache line holding `*x` (a hint: the engine's tables
+/// are cold in a simulator of many hosts, and a packet needs several of them,
+/// so starting the loads early lets their misses overlap).
+#[inline]
+pub(crate) fn prefetch<T>(x: &T) {
+    let p = x as *const T;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint; it never faults (and `p` is valid anyway).
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// What a table slot holds: a key and a value, or nothing.
 pub(crate) trait Slot: Copy {
     type Key: Copy + Eq + Hash;
@@ -135,16 +151,7 @@ impl<S: Slot> LinearTable<S> {
     /// a batch of lookups pays for its misses once rather than one by one.
     #[inline]
     pub fn prefetch(&self, key: S::Key) {
-        let p = &self.slots[self.home(key)] as *const S;
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: prefetching is a hint; it never faults, and the address is
-        // in bounds anyway.
-        #[allow(unused_unsafe)]
-        unsafe {
-            std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = p;
+        prefetch(&self.slots[self.home(key)]);
     }
 
     fn grow(&mut self) {

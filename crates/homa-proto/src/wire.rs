@@ -433,33 +433,45 @@ fn encode_inner(
     if common.retransmit {
         flags |= FLAG_RETRANSMIT;
     }
-    out.extend_from_slice(&[VERSION, ptype as u8, flags, 0, 0, 0, 0, 0]);
-    out.extend_from_slice(&common.rpc_id.to_le_bytes());
-    out.extend_from_slice(&common.send_time.to_le_bytes());
-    out.extend_from_slice(&common.echo_time.to_le_bytes());
+    // Headers are built in fixed-size arrays and appended at once: one
+    // capacity check per packet rather than one per field.
+    let mut h = [0u8; COMMON_HEADER_LEN + DATA_HEADER_LEN];
+    h[..4].copy_from_slice(&[VERSION, ptype as u8, flags, 0]);
+    h[8..16].copy_from_slice(&common.rpc_id.to_le_bytes());
+    h[16..24].copy_from_slice(&common.send_time.to_le_bytes());
+    h[24..32].copy_from_slice(&common.echo_time.to_le_bytes());
     match body {
         Body::Data { header, payload } => {
-            out.extend_from_slice(&header.message_length.to_le_bytes());
-            out.extend_from_slice(&header.offset.to_le_bytes());
-            out.extend_from_slice(&header.unsched_bytes.to_le_bytes());
-            out.extend_from_slice(&header.cutoff_version.to_le_bytes());
-            out.extend_from_slice(&[0, 0]);
-            out.extend_from_slice(&header.ack.to_le_bytes());
+            let d = &mut h[COMMON_HEADER_LEN..];
+            d[..4].copy_from_slice(&header.message_length.to_le_bytes());
+            d[4..8].copy_from_slice(&header.offset.to_le_bytes());
+            d[8..12].copy_from_slice(&header.unsched_bytes.to_le_bytes());
+            d[12..14].copy_from_slice(&header.cutoff_version.to_le_bytes());
+            d[16..24].copy_from_slice(&header.ack.to_le_bytes());
+            if with_payload {
+                out.reserve(h.len() + payload.len());
+            }
+            out.extend_from_slice(&h);
             if with_payload {
                 out.extend_from_slice(payload);
             }
         }
         Body::Grant(g) => {
+            out.extend_from_slice(&h[..COMMON_HEADER_LEN]);
             out.extend_from_slice(&g.offset.to_le_bytes());
             out.extend_from_slice(&[g.priority, 0, 0, 0]);
         }
         Body::Resend(r) => {
+            out.extend_from_slice(&h[..COMMON_HEADER_LEN]);
             out.extend_from_slice(&r.offset.to_le_bytes());
             out.extend_from_slice(&r.length.to_le_bytes());
             out.extend_from_slice(&[r.priority, 0, 0, 0]);
         }
-        Body::RpcUnknown | Body::Busy | Body::NeedAck => {}
+        Body::RpcUnknown | Body::Busy | Body::NeedAck => {
+            out.extend_from_slice(&h[..COMMON_HEADER_LEN]);
+        }
         Body::Cutoffs(c) => {
+            out.extend_from_slice(&h[..COMMON_HEADER_LEN]);
             out.extend_from_slice(&c.version.to_le_bytes());
             out.extend_from_slice(&[0, 0]);
             for v in c.cutoffs {
@@ -467,6 +479,7 @@ fn encode_inner(
             }
         }
         Body::Ack(ids) => {
+            out.extend_from_slice(&h[..COMMON_HEADER_LEN]);
             assert!(
                 ids.len() <= MAX_ACKS_PER_PACKET,
                 "too many ACKs for one packet"

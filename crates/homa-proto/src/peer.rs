@@ -43,7 +43,20 @@ pub(crate) struct Peer {
     /// packets so that the peer can tell us when it has newer ones.
     pub cutoff_version: u16,
     top_level: u8,
+    /// Index of the peer's cutoffs in [`Peers::cutoff_sets`] ([`NO_SET`]:
+    /// only in `PeerInfo`). Peers nearly always share a few cutoff arrays, so
+    /// a message longer than `top_cutoff` reads a shared, hot line instead of
+    /// this peer's (cold) `PeerInfo`.
+    cutoff_set: u8,
 }
+
+/// [`Peer::cutoff_set`] when the peer's cutoffs are not interned.
+const NO_SET: u8 = u8::MAX;
+
+/// At most this many distinct cutoff arrays are interned per endpoint: keeps
+/// memory and the interning scan bounded whatever peers announce (further
+/// arrays are read from `PeerInfo`, as before interning).
+const MAX_CUTOFF_SETS: usize = 16;
 
 const _: () = assert!(std::mem::size_of::<Option<Peer>>() == 64);
 
@@ -60,7 +73,7 @@ pub(crate) struct PeerInfo {
 impl Peer {
     /// Version 0 means "not heard yet", so the peer's first DATA from us
     /// triggers a CUTOFFS reply.
-    fn new(now: Time, cutoffs: &[u32; MAX_PRIORITIES]) -> Peer {
+    fn new(now: Time, cutoffs: &[u32; MAX_PRIORITIES], cutoff_set: u8) -> Peer {
         let (top_level, top_cutoff) = top_cutoff(cutoffs);
         Peer {
             echo_time: 0,
@@ -73,6 +86,7 @@ impl Peer {
             top_cutoff,
             cutoff_version: 0,
             top_level,
+            cutoff_set,
         }
     }
 
@@ -106,14 +120,20 @@ fn top_cutoff(cutoffs: &[u32; MAX_PRIORITIES]) -> (u8, u32) {
         .map_or((0, 0), |i| (i as u8, cutoffs[i]))
 }
 
+/// Unscheduled priority for a message of `len` bytes under `cutoffs`: the
+/// highest level whose cutoff admits it.
+fn scan_priority(cutoffs: &[u32; MAX_PRIORITIES], len: u32) -> u8 {
+    (0..MAX_PRIORITIES)
+        .rev()
+        .find(|&i| cutoffs[i] >= len && cutoffs[i] != 0)
+        .unwrap_or(0) as u8
+}
+
 impl PeerInfo {
     /// Unscheduled priority for a message of `len` bytes sent to this peer: the
     /// highest level whose cutoff admits it.
     pub fn unsched_priority(&self, len: u32) -> u8 {
-        (0..MAX_PRIORITIES)
-            .rev()
-            .find(|&i| self.cutoffs[i] >= len && self.cutoffs[i] != 0)
-            .unwrap_or(0) as u8
+        scan_priority(&self.cutoffs, len)
     }
 }
 
@@ -197,6 +217,9 @@ pub(crate) struct Peers {
     info: Vec<PeerInfo>,
     free: Vec<PeerKey>,
     index: LinearTable<AddrSlot>,
+    /// Distinct cutoff arrays peers use (see [`Peer::cutoff_set`]); never
+    /// shrinks, at most [`MAX_CUTOFF_SETS`] entries.
+    cutoff_sets: Vec<[u32; MAX_PRIORITIES]>,
 }
 
 impl Peers {
@@ -235,7 +258,8 @@ impl Peers {
             cutoffs,
             cutoffs_sent_at: None,
         };
-        let peer = Peer::new(now, &cutoffs);
+        let set = self.intern(&cutoffs);
+        let peer = Peer::new(now, &cutoffs, set);
         let key = match self.free.pop() {
             Some(k) => {
                 self.slots[k as usize] = Some(peer);
@@ -274,17 +298,34 @@ impl Peers {
         let p = &self[key];
         if len <= p.top_cutoff {
             p.top_level
+        } else if p.cutoff_set != NO_SET {
+            scan_priority(&self.cutoff_sets[p.cutoff_set as usize], len)
         } else {
             self.info(key).unsched_priority(len)
         }
     }
 
+    /// The index of `cutoffs` in `cutoff_sets`, adding it if there is room
+    /// ([`NO_SET`] if not).
+    fn intern(&mut self, cutoffs: &[u32; MAX_PRIORITIES]) -> u8 {
+        if let Some(i) = self.cutoff_sets.iter().position(|c| c == cutoffs) {
+            return i as u8;
+        }
+        if self.cutoff_sets.len() < MAX_CUTOFF_SETS {
+            self.cutoff_sets.push(*cutoffs);
+            return (self.cutoff_sets.len() - 1) as u8;
+        }
+        NO_SET
+    }
+
     /// Records the cutoffs peer `key` announced.
     pub fn set_cutoffs(&mut self, key: PeerKey, cutoffs: [u32; MAX_PRIORITIES]) {
         let (level, cutoff) = top_cutoff(&cutoffs);
+        let set = self.intern(&cutoffs);
         let p = &mut self[key];
         p.top_level = level;
         p.top_cutoff = cutoff;
+        p.cutoff_set = set;
         self.info_mut(key).cutoffs = cutoffs;
     }
 
@@ -370,6 +411,7 @@ mod tests {
             c
         };
         let k = t.insert(addr(1), [0; MAX_PRIORITIES], 0);
+        let (mut interned, mut not_interned) = (0, 0);
         for round in 0..500 {
             let cutoffs = random_cutoffs(&mut next);
             if round % 2 == 0 {
@@ -377,6 +419,13 @@ mod tests {
             } else {
                 t.remove(k);
                 assert_eq!(t.insert(addr(1), cutoffs, 0), k);
+            }
+            // Both the shared sets and, once they are full, `PeerInfo`.
+            if t[k].cutoff_set == NO_SET {
+                not_interned += 1;
+            } else {
+                interned += 1;
+                assert_eq!(t.cutoff_sets[t[k].cutoff_set as usize], cutoffs);
             }
             let mut lens = vec![0, 1, u32::MAX];
             for &c in &cutoffs {
@@ -390,6 +439,8 @@ mod tests {
                 );
             }
         }
+        assert!(interned > 0 && not_interned > 0);
+        assert!(t.cutoff_sets.len() <= MAX_CUTOFF_SETS);
     }
 
     #[test]
@@ -443,7 +494,7 @@ mod rtt_tests {
 
     #[test]
     fn rtt_min_tracks_the_smallest_echoed_round_trip() {
-        let mut p = Peer::new(0, &[0; MAX_PRIORITIES]);
+        let mut p = Peer::new(0, &[0; MAX_PRIORITIES], NO_SET);
         assert_eq!(p.rtt_min(), None);
         p.observe(100, 5, 0); // no echo: no sample
         assert_eq!((p.rtt_min(), p.echo_time), (None, 5));
@@ -456,7 +507,7 @@ mod rtt_tests {
         p.observe(300, 9, 400); // an echo from the future does not
         assert_eq!(p.rtt_min(), Some(0));
         // A sample beyond 32 bits of ns saturates (and is still a sample).
-        let mut p = Peer::new(0, &[0; MAX_PRIORITIES]);
+        let mut p = Peer::new(0, &[0; MAX_PRIORITIES], NO_SET);
         p.observe(1 << 40, 5, 1);
         assert_eq!(p.rtt_min(), Some(u32::MAX as u64 - 1));
     }

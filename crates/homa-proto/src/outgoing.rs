@@ -291,6 +291,8 @@ impl Endpoint {
 
     /// Encodes one DATA packet of RPC `key` covering `[offset, limit)` as far as
     /// one packet holds; `priority` is given for retransmissions only.
+    // One call per packet on the hot path: plain arguments, no option struct.
+    #[allow(clippy::too_many_arguments)]
     fn encode_data(
         &mut self,
         now: Time,

@@ -226,7 +226,7 @@ pub fn tail_steps(
     for b in &mut blamed {
         b.2 /= b.1 as f64;
     }
-    blamed.sort_by(|a, b| b.1.cmp(&a.1));
+    blamed.sort_by_key(|b| std::cmp::Reverse(b.1));
     (blamed, cutoff)
 }
 

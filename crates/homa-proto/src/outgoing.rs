@@ -97,16 +97,31 @@ impl Endpoint {
                 self.retx_queue.pop_front();
             }
         }
+        let (key, first, fifo_turn) = self.data_choice(pacer_open)?;
+        if fifo_turn {
+            self.pacer_fifo_credit -= 1000 * self.data_per_packet as u64;
+        }
+        let t = self.send_chosen(now, key, first, false, buf);
+        self.burst_key = Some(key);
+        Some(t)
+    }
+
+    /// The message whose next new packet goes now, once control packets and
+    /// retransmissions have had their turn: `(message, SRPT head, whether it
+    /// is the FIFO share's turn)`. With the pacer closed only a message short
+    /// enough to bypass it may go. No side effects: `poll_transmit` takes the
+    /// FIFO credit, and bursts use it to check that nothing else would go.
+    fn data_choice(&self, pacer_open: bool) -> Option<(RpcKey, RpcKey, bool)> {
         let &(_, _, first) = self.sendable.first()?;
-        let key = if pacer_open {
+        if pacer_open {
             let oldest = self.sendable_by_age.first().unwrap().1;
-            let packet_credit = 1000 * self.data_per_packet as u64;
-            if oldest != first && self.pacer_fifo_credit >= packet_credit {
-                self.pacer_fifo_credit -= packet_credit;
-                oldest
+            let fifo_turn =
+                oldest != first && self.pacer_fifo_credit >= 1000 * self.data_per_packet as u64;
+            Some(if fifo_turn {
+                (oldest, first, true)
             } else {
-                first
-            }
+                (first, first, false)
+            })
         } else {
             let out = self.rpcs[first as usize]
                 .as_ref()
@@ -114,14 +129,8 @@ impl Endpoint {
                 .out
                 .as_ref()
                 .unwrap();
-            if out.len > self.config.pacer_bypass_bytes {
-                return None;
-            }
-            first
-        };
-        let t = self.send_chosen(now, key, first, false, buf);
-        self.burst_key = Some(key);
-        Some(t)
+            (out.len <= self.config.pacer_bypass_bytes).then_some((first, first, false))
+        }
     }
 
     /// Sends the next new packet of `key`, chosen when `first` headed the
@@ -160,24 +169,7 @@ impl Endpoint {
         if pacer_open && !self.retx_queue.is_empty() {
             return false;
         }
-        let Some(&(_, _, first)) = self.sendable.first() else {
-            return false;
-        };
-        if first != key {
-            return false;
-        }
-        if pacer_open {
-            let oldest = self.sendable_by_age.first().unwrap().1;
-            oldest == first || self.pacer_fifo_credit < 1000 * self.data_per_packet as u64
-        } else {
-            let out = self.rpcs[key as usize]
-                .as_ref()
-                .unwrap()
-                .out
-                .as_ref()
-                .unwrap();
-            out.len <= self.config.pacer_bypass_bytes
-        }
+        self.data_choice(pacer_open) == Some((key, key, false))
     }
 
     /// Like [`Self::poll_transmit_split`], but when the next packet is new

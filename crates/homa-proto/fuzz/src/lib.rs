@@ -641,6 +641,21 @@ impl Harness {
         self.ep.handle_datagram(self.now, from, bytes);
     }
 
+    /// Raw bytes starting with 0xFF (never a valid version byte) are a GRO
+    /// batch instead: `bytes[1]` picks the segment size, the rest is cut into
+    /// segments that go through `handle_datagrams`.
+    fn deliver_raw(&mut self, src: u8, bytes: &[u8]) {
+        match bytes {
+            [0xFF, seg, rest @ ..] => {
+                let from = self.addr(src);
+                let segment = *seg as usize * 8 + 1;
+                self.datagrams_in += rest.len().div_ceil(segment).max(1);
+                self.ep.handle_datagrams(self.now, from, rest, segment);
+            }
+            _ => self.deliver(src, bytes),
+        }
+    }
+
     fn transmit(&mut self, max: u8) {
         for _ in 0..=max {
             let Some(t) = self.ep.poll_transmit(self.now, &mut self.buf) else {
@@ -719,7 +734,7 @@ impl Harness {
     fn step(&mut self, op: &Op) {
         let max_len = self.cfg.max_message_length;
         match op {
-            Op::Raw { src, bytes } => self.deliver(*src, bytes),
+            Op::Raw { src, bytes } => self.deliver_raw(*src, bytes),
             Op::Packet { src, packet } => {
                 let bytes = encode_packet(&self.cfg, &self.known, packet);
                 self.deliver(*src, &bytes);
@@ -1083,6 +1098,27 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
     ]);
     s.extend(drain);
     seeds.push(("limits".to_string(), s));
+
+    // A two-packet request arriving as one GRO batch (raw op 0xFF, segment
+    // 13 * 8 + 1 = 105 bytes: 56 of headers and 49 of payload each).
+    let cfg = engine_config();
+    let mut batch = vec![0xFF, 13];
+    for offset in [0, 49] {
+        let p = pkt(IdSel::Raw(303), true, data(98, offset, 49));
+        batch.extend(encode_packet(&cfg, &[], &p));
+    }
+    assert_eq!(batch.len(), 2 + 2 * 105);
+    let mut s = vec![Op::Raw {
+        src: 1,
+        bytes: batch,
+    }];
+    s.extend([
+        Op::Events,
+        Op::Respond { pick: 0, len: 10 },
+        Op::Transmit { max: 64 },
+        Op::Events,
+    ]);
+    seeds.push(("gro-batch".to_string(), s));
     seeds
 }
 
@@ -1206,7 +1242,7 @@ mod tests {
         for (name, ops) in engine_seeds() {
             let c = run_engine(&write_script(&ops));
             let ok = match name.as_str() {
-                "server-small" | "server-multi-ack" | "server-empty" => {
+                "server-small" | "server-multi-ack" | "server-empty" | "gro-batch" => {
                     c.requests == 1 && c.sent[data] >= 1
                 }
                 "client-small" | "client-scheduled" => {

@@ -29,9 +29,12 @@ struct Ring {
     slots: UnsafeCell<Vec<(u64, &'static str)>>,
 }
 
-// SAFETY: only the owning thread writes `slots`; `collect` reads them after
-// tracing is disabled (a racing write can at worst give a stale entry, and the
-// vector never reallocates after creation).
+// SAFETY: only the owning thread writes `slots`, and it publishes each entry
+// (Release on `next`) after writing it. `collect` reads only published entries
+// and, once the ring has wrapped, skips the oldest one: the only slot a thread
+// can still be writing after tracing was disabled (the record it had begun)
+// is the one at `next`, which is that oldest slot. The vector never
+// reallocates after creation.
 unsafe impl Sync for Ring {}
 unsafe impl Send for Ring {}
 
@@ -122,8 +125,11 @@ pub fn collect() -> Vec<TraceEvent> {
     let mut out = Vec::new();
     for ring in THREADS.lock().unwrap().iter() {
         let n = ring.next.load(Ordering::Acquire);
-        let first = n.saturating_sub(RING);
-        // SAFETY: see `Ring`; entries below `next` were fully written.
+        // Once wrapped, the oldest slot is the one an in-flight record may
+        // be overwriting: leave it out.
+        let first = if n > RING { n - RING + 1 } else { 0 };
+        // SAFETY: see `Ring`; entries in first..n are published and no
+        // longer written.
         let slots = unsafe { &*ring.slots.get() };
         for i in first..n {
             let (c, e) = slots[i % RING];
@@ -138,7 +144,8 @@ pub fn collect() -> Vec<TraceEvent> {
     out
 }
 
-/// Forgets every recorded event.
+/// Forgets every recorded event. Call it while tracing is off (a record in
+/// flight on another thread could otherwise bring back its old count).
 pub fn clear() {
     for ring in THREADS.lock().unwrap().iter() {
         // Only resets the count; the owning thread overwrites from slot 0.
@@ -258,6 +265,28 @@ mod tests {
         let ab = b.iter().find(|s| s.0 == step).unwrap();
         assert_eq!(ab.2, 100);
         assert!(ab.1 >= 0.0 && ab.1 < 1e6);
+    }
+
+    #[test]
+    fn a_wrapped_ring_keeps_all_but_its_oldest_slot() {
+        enable(true);
+        std::thread::Builder::new()
+            .name("tt-wrap".into())
+            .spawn(|| {
+                for _ in 0..RING + 10 {
+                    record("wrap");
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        enable(false);
+        let mine: Vec<_> = collect()
+            .into_iter()
+            .filter(|e| e.thread == "tt-wrap")
+            .collect();
+        assert_eq!(mine.len(), RING - 1);
+        assert!(mine.iter().all(|e| e.event == "wrap"));
     }
 
     fn ev(ns: f64, event: &'static str) -> TraceEvent {

@@ -241,8 +241,12 @@ pub fn tail_steps(
 mod tests {
     use super::*;
 
+    /// Tracing is process-wide: tests that turn it on and off take turns.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
     #[test]
     fn records_in_order_and_breaks_down() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         enable(true);
         for _ in 0..100 {
             record("test-a");
@@ -269,6 +273,7 @@ mod tests {
 
     #[test]
     fn a_wrapped_ring_keeps_all_but_its_oldest_slot() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         enable(true);
         std::thread::Builder::new()
             .name("tt-wrap".into())

@@ -4,7 +4,7 @@
 use crate::endpoint::{ControlBody, Endpoint, Time, Transmit};
 use crate::metrics::DropReason;
 use crate::peer::PeerKey;
-use crate::rpc::RpcKey;
+use crate::rpc::{OutMsg, RpcKey};
 use crate::wire::{self, Body, CommonHeader, DataHeader, PacketType};
 use std::net::SocketAddr;
 
@@ -45,6 +45,14 @@ impl Endpoint {
                 self.sendable_by_age.insert((birth, key));
             }
         }
+    }
+
+    /// The outgoing message of live RPC `key`, which must have one.
+    fn out_msg(&self, key: RpcKey) -> &OutMsg {
+        self.rpcs[key as usize]
+            .as_ref()
+            .and_then(|r| r.out.as_ref())
+            .expect("live RPC with an outgoing message")
     }
 
     pub(crate) fn unqueue_out(&mut self, key: RpcKey) {
@@ -123,12 +131,7 @@ impl Endpoint {
                 (first, first, false)
             })
         } else {
-            let out = self.rpcs[first as usize]
-                .as_ref()
-                .unwrap()
-                .out
-                .as_ref()
-                .unwrap();
+            let out = self.out_msg(first);
             (out.len <= self.config.pacer_bypass_bytes).then_some((first, first, false))
         }
     }
@@ -203,12 +206,7 @@ impl Endpoint {
             return Some(burst);
         };
         let start = {
-            let out = self.rpcs[key as usize]
-                .as_ref()
-                .unwrap()
-                .out
-                .as_ref()
-                .unwrap();
+            let out = self.out_msg(key);
             // The first packet ended at next_offset; it began one packet earlier.
             out.next_offset as usize - burst.segment
         };
@@ -227,12 +225,7 @@ impl Endpoint {
             }
         }
         if burst.count > 1 {
-            let out = self.rpcs[key as usize]
-                .as_ref()
-                .unwrap()
-                .out
-                .as_ref()
-                .unwrap();
+            let out = self.out_msg(key);
             burst.payload = out.data.slice(start..out.next_offset as usize);
         }
         Some(burst)
@@ -373,12 +366,7 @@ impl Endpoint {
         headers_only: bool,
         buf: &mut Vec<u8>,
     ) -> Transmit {
-        let out = self.rpcs[key as usize]
-            .as_ref()
-            .unwrap()
-            .out
-            .as_ref()
-            .unwrap();
+        let out = self.out_msg(key);
         let (offset, len) = (out.next_offset, out.len);
         let t = self.encode_data(now, key, offset, len, None, headers_only, buf);
         let next = (offset + self.data_per_packet).min(len);

@@ -146,6 +146,26 @@ fn echo_app(
     }
 }
 
+/// Sends one request of each size from endpoint 0 to endpoint 1 (payload
+/// pattern `seed + n` for the n-th), runs an echo server until `until`, and
+/// checks that every response came back intact.
+fn echo_and_check(link: &mut Link, sizes: &[usize], seed: u64, until: Time) {
+    let mut expect = BTreeMap::new();
+    for (n, &s) in sizes.iter().enumerate() {
+        let data = pattern(seed + n as u64, s);
+        let id = link.eps[0]
+            .send_request(0, link.addrs[1], data.clone())
+            .unwrap();
+        expect.insert(id.0, data);
+    }
+    let mut results = Vec::new();
+    link.run(until, &mut echo_app(&mut results));
+    assert_eq!(results.len(), sizes.len());
+    for (id, data) in results {
+        assert_eq!(&data[..], &expect[&id][..]);
+    }
+}
+
 #[test]
 fn echo_various_sizes() {
     let mut link = Link::new(2, Config::default());
@@ -161,20 +181,7 @@ fn echo_various_sizes() {
         200_000,
         1_000_000,
     ];
-    let mut expect = BTreeMap::new();
-    for (n, &s) in sizes.iter().enumerate() {
-        let data = pattern(n as u64, s);
-        let id = link.eps[0]
-            .send_request(0, link.addrs[1], data.clone())
-            .unwrap();
-        expect.insert(id.0, data);
-    }
-    let mut results = Vec::new();
-    link.run(1_000_000_000, &mut echo_app(&mut results));
-    assert_eq!(results.len(), sizes.len());
-    for (id, data) in results {
-        assert_eq!(&data[..], &expect[&id][..]);
-    }
+    echo_and_check(&mut link, &sizes, 0, 1_000_000_000);
     // Acks flow on NEED_ACK; then peers are garbage collected.
     link.run(30_000_000_000, &mut |_, _, _, _| {});
     for e in &link.eps {
@@ -199,20 +206,7 @@ fn gro_batches_deliver_every_message() {
             },
         );
         link.gro = gro;
-        let mut expect = BTreeMap::new();
-        for (n, &s) in sizes.iter().enumerate() {
-            let data = pattern(n as u64 + 7, s);
-            let id = link.eps[0]
-                .send_request(0, link.addrs[1], data.clone())
-                .unwrap();
-            expect.insert(id.0, data);
-        }
-        let mut results = Vec::new();
-        link.run(1_000_000_000, &mut echo_app(&mut results));
-        assert_eq!(results.len(), sizes.len(), "gro {gro}");
-        for (id, data) in &results {
-            assert_eq!(&data[..], &expect[id][..], "gro {gro}");
-        }
+        echo_and_check(&mut link, &sizes, 7, 1_000_000_000);
         assert_eq!(link.batches > 10, gro, "{} batches", link.batches);
         let m = link.eps[1].metrics().clone();
         outcome.push((
@@ -243,20 +237,7 @@ fn endpoints_with_and_without_checksums_interoperate() {
         0,
     )
     .unwrap();
-    let mut expect = BTreeMap::new();
-    for (n, s) in [100usize, 5000, 200_000].into_iter().enumerate() {
-        let data = pattern(n as u64, s);
-        let id = link.eps[0]
-            .send_request(0, link.addrs[1], data.clone())
-            .unwrap();
-        expect.insert(id.0, data);
-    }
-    let mut results = Vec::new();
-    link.run(1_000_000_000, &mut echo_app(&mut results));
-    assert_eq!(results.len(), expect.len());
-    for (id, data) in results {
-        assert_eq!(&data[..], &expect[&id][..]);
-    }
+    echo_and_check(&mut link, &[100, 5000, 200_000], 0, 1_000_000_000);
     for e in &link.eps {
         assert_eq!(e.metrics().total_drops(), 0);
     }

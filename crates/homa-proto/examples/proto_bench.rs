@@ -37,10 +37,33 @@ fn addrs() -> (SocketAddr, SocketAddr) {
     ("10.0.0.1:1".parse().unwrap(), "10.0.0.2:1".parse().unwrap())
 }
 
+/// One pass of a round trip in progress between client `a` and echo server
+/// `b`: everything each may send now is delivered, requests are answered
+/// with `resp`. True once `a` has its response.
+fn exchange(a: &mut Endpoint, b: &mut Endpoint, now: u64, buf: &mut Vec<u8>, resp: &Bytes) -> bool {
+    let (a_addr, b_addr) = addrs();
+    while let Some(t) = a.poll_transmit(now, buf) {
+        b.handle_datagram(now, a_addr, &buf[..t.len]);
+    }
+    while let Some(ev) = b.poll_event() {
+        if let Event::Request { rpc, .. } = ev {
+            b.send_response(now, rpc, resp.clone()).unwrap();
+        }
+    }
+    while let Some(t) = b.poll_transmit(now, buf) {
+        a.handle_datagram(now, b_addr, &buf[..t.len]);
+    }
+    let mut done = false;
+    while let Some(ev) = a.poll_event() {
+        done |= matches!(ev, Event::Response { .. });
+    }
+    done
+}
+
 /// Round trips of `size`-byte messages; returns ns per round trip.
 fn rtt(checksum: bool, size: usize, count: u64) -> f64 {
     let (mut a, mut b) = pair(checksum);
-    let (a_addr, b_addr) = addrs();
+    let (_, b_addr) = addrs();
     let mut buf = Vec::with_capacity(2048);
     let req = Bytes::from(vec![1u8; size]);
     let mut now = 1_000u64;
@@ -49,23 +72,7 @@ fn rtt(checksum: bool, size: usize, count: u64) -> f64 {
         // 1 µs per round trip of simulated time: timers stay quiet.
         now += 1_000;
         a.send_request(now, b_addr, req.clone()).unwrap();
-        'rpc: loop {
-            while let Some(t) = a.poll_transmit(now, &mut buf) {
-                b.handle_datagram(now, a_addr, &buf[..t.len]);
-            }
-            while let Some(ev) = b.poll_event() {
-                if let Event::Request { rpc, .. } = ev {
-                    b.send_response(now, rpc, req.clone()).unwrap();
-                }
-            }
-            while let Some(t) = b.poll_transmit(now, &mut buf) {
-                a.handle_datagram(now, b_addr, &buf[..t.len]);
-            }
-            while let Some(ev) = a.poll_event() {
-                if let Event::Response { .. } = ev {
-                    break 'rpc;
-                }
-            }
+        while !exchange(&mut a, &mut b, now, &mut buf, &req) {
             if let Some(t) = a.poll_timeout().into_iter().chain(b.poll_timeout()).min() {
                 if t > now {
                     now = t;
@@ -83,7 +90,7 @@ fn rtt(checksum: bool, size: usize, count: u64) -> f64 {
 /// (tombstone-filling) `tombstone_ns`, and ns per round trip over the run.
 fn tick(checksum: bool, rate: u64, secs: u64) -> (f64, f64, f64) {
     let (mut a, mut b) = pair(checksum);
-    let (a_addr, b_addr) = addrs();
+    let (_, b_addr) = addrs();
     let mut buf = Vec::with_capacity(2048);
     let req = Bytes::from(vec![1u8; 100]);
     let step = 1_000_000_000 / rate;
@@ -108,24 +115,7 @@ fn tick(checksum: bool, rate: u64, secs: u64) -> (f64, f64, f64) {
             }
         }
         a.send_request(now, b_addr, req.clone()).unwrap();
-        'rpc: loop {
-            while let Some(t) = a.poll_transmit(now, &mut buf) {
-                b.handle_datagram(now, a_addr, &buf[..t.len]);
-            }
-            while let Some(ev) = b.poll_event() {
-                if let Event::Request { rpc, .. } = ev {
-                    b.send_response(now, rpc, req.clone()).unwrap();
-                }
-            }
-            while let Some(t) = b.poll_transmit(now, &mut buf) {
-                a.handle_datagram(now, b_addr, &buf[..t.len]);
-            }
-            while let Some(ev) = a.poll_event() {
-                if let Event::Response { .. } = ev {
-                    break 'rpc;
-                }
-            }
-        }
+        while !exchange(&mut a, &mut b, now, &mut buf, &req) {}
     }
     let per_rtt = start.elapsed().as_nanos() as f64 / count as f64;
     assert!(b.stats().tombstones > 0, "the server holds tombstones");

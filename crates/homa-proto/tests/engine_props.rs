@@ -333,26 +333,29 @@ fn request_datagram(id: u64) -> Vec<u8> {
 
 /// [`request_datagram`], with a checksum if `checksum`.
 fn request_datagram_with(id: u64, checksum: bool) -> Vec<u8> {
+    one_packet_message(id, true, &[5u8; 100], checksum)
+}
+
+/// The whole of a one-packet message of RPC `id` (a request if
+/// `from_client`, else a response) as one DATA datagram.
+fn one_packet_message(id: u64, from_client: bool, payload: &[u8], checksum: bool) -> Vec<u8> {
     let mut out = Vec::new();
     let common = CommonHeader {
-        from_client: true,
+        from_client,
         retransmit: false,
         rpc_id: id,
         send_time: 1,
         echo_time: 0,
     };
+    let len = payload.len() as u32;
     let header = DataHeader {
-        message_length: 100,
+        message_length: len,
         offset: 0,
-        unsched_bytes: 100,
+        unsched_bytes: len,
         cutoff_version: 1,
         ack: 0,
     };
-    let body = Body::Data {
-        header,
-        payload: &[5u8; 100],
-    };
-    wire::encode(&mut out, &common, &body, checksum);
+    wire::encode(&mut out, &common, &Body::Data { header, payload }, checksum);
     out
 }
 
@@ -520,29 +523,7 @@ fn client_ids_are_unique_and_only_exact_ids_match() {
     let live = ep
         .send_request(9_000, server, Bytes::from_static(b"q"))
         .unwrap();
-    let response = |id: u64| {
-        let mut out = Vec::new();
-        let common = CommonHeader {
-            from_client: false,
-            retransmit: false,
-            rpc_id: id,
-            send_time: 1,
-            echo_time: 0,
-        };
-        let header = DataHeader {
-            message_length: 3,
-            offset: 0,
-            unsched_bytes: 3,
-            cutoff_version: 1,
-            ack: 0,
-        };
-        let body = Body::Data {
-            header,
-            payload: b"abc",
-        };
-        wire::encode(&mut out, &common, &body, false);
-        out
-    };
+    let response = |id: u64| one_packet_message(id, false, b"abc", false);
     let unknown = |ep: &Endpoint| ep.metrics().drops(DropReason::UnknownRpc);
     for bit in 0..64 {
         ep.handle_datagram(10_000, server, &response(live.0 ^ 1 << bit));

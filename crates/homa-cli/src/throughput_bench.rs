@@ -125,6 +125,7 @@ fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
     let stats = client.socket_stats();
     let m = client.metrics();
     let sstats = server.socket_stats();
+    let sm = server.metrics();
     server.shutdown();
     let served = sink
         .join()
@@ -136,10 +137,13 @@ fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
     );
     if !args.json {
         eprintln!(
-            "homa client: {} packets in {} sendmmsg calls ({} GSO sends), {} retransmitted, {} resends; gso/gro {:?}",
+            "homa client: {} packets in {} sendmmsg calls ({} GSO sends, {} would block), {} recvmmsg calls with data, {} empty, {} retransmitted, {} resends; gso/gro {:?}",
             stats.packets_sent,
             stats.send_calls,
             stats.gso_sends,
+            stats.send_would_block,
+            stats.recv_batches,
+            stats.recv_empty,
             m.retransmitted_packets,
             m.resends_sent,
             client.offloads()
@@ -148,6 +152,13 @@ fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
             "homa server: {} packets in {} recvmmsg calls with data ({} GRO datagrams), {} empty polls",
             sstats.packets_received, sstats.recv_batches, sstats.gro_datagrams, sstats.recv_empty
         );
+        let drops: Vec<String> = sm
+            .iter()
+            .into_iter()
+            .filter(|(k, v)| *v > 0 && (k.starts_with("drop_") || k.starts_with("resend") || k.starts_with("busy") || k.contains("pool")))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        eprintln!("homa server counters: {}", drops.join(" "));
     }
     Ok((done, secs))
 }

@@ -471,8 +471,8 @@ pub(crate) struct TxQueue {
     bufs: Vec<Vec<u8>>,
     used_bufs: usize,
     meta: Vec<TxMeta>,
-    /// Payload of each queued burst, sent from the message's own memory (no
-    /// copy into a packet buffer); empty for control packets.
+    /// Payload of each queued burst (a handle on the message's own memory,
+    /// copied only into `staging` at send time); empty for control packets.
     payloads: Vec<bytes::Bytes>,
     head: usize,
     capacity: usize,
@@ -483,6 +483,12 @@ pub(crate) struct TxQueue {
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
     groups: Vec<(usize, usize)>,
+    /// Where each `sendmmsg` entry's packets are gathered (headers and
+    /// payloads, back to back), so that each entry is one iovec. The kernel
+    /// pays per iovec: a GSO send of 44 packets as 88 iovecs ran ~25% slower
+    /// than the same bytes as one, more than this copy of (usually
+    /// cache-hot) payload costs. Allocated on first use.
+    staging: Vec<u8>,
 }
 
 // SAFETY: as for RxBatch, the pointers refer only to the struct's own vectors.
@@ -502,9 +508,10 @@ impl TxQueue {
             packet_size,
             names: vec![unsafe { mem::zeroed() }; TX_MAX_MSGS],
             ctrl: vec![[0u64; 8]; TX_MAX_MSGS],
-            iovs: Vec::with_capacity(2 * capacity),
+            iovs: Vec::with_capacity(TX_MAX_MSGS),
             hdrs: vec![unsafe { mem::zeroed() }; TX_MAX_MSGS],
             groups: Vec::with_capacity(TX_MAX_MSGS),
+            staging: Vec::new(),
         }
     }
     /// Packets queued and not yet sent.
@@ -695,30 +702,34 @@ impl TxQueue {
             self.groups.push((i, j));
             i = j;
         }
-        let mut iov_counts = [0usize; TX_MAX_MSGS];
+        // Gather every group into the staging buffer first (it must not move
+        // once iovecs point into it), then point one iovec at each group.
+        let total: usize = self.groups.iter().map(|&(a, b)| {
+            self.meta[a..b].iter().map(|m| m.len).sum::<usize>()
+        }).sum();
+        self.staging.clear();
+        self.staging.reserve(total.max(self.capacity * self.packet_size));
+        let mut spans = [(0usize, 0usize); TX_MAX_MSGS];
         for (g, &(a, b)) in self.groups.iter().enumerate() {
-            let before = self.iovs.len();
-            for k in a..b {
-                let m = self.meta[k];
+            let start = self.staging.len();
+            for m in &self.meta[a..b] {
                 let head_len = m.head_len as usize;
-                self.iovs.push(libc::iovec {
-                    iov_base: self.bufs[m.buf as usize][m.head_at as usize..].as_mut_ptr()
-                        as *mut libc::c_void,
-                    iov_len: head_len,
-                });
+                let head = &self.bufs[m.buf as usize][m.head_at as usize..][..head_len];
+                self.staging.extend_from_slice(head);
                 let pay_len = m.len - head_len;
                 if pay_len > 0 {
-                    let p = &self.payloads[m.payload as usize][m.pay_at as usize..];
-                    // The kernel only reads through this pointer.
-                    self.iovs.push(libc::iovec {
-                        iov_base: p.as_ptr() as *mut libc::c_void,
-                        iov_len: pay_len,
-                    });
+                    let p = &self.payloads[m.payload as usize][m.pay_at as usize..][..pay_len];
+                    self.staging.extend_from_slice(p);
                 }
             }
-            iov_counts[g] = self.iovs.len() - before;
+            spans[g] = (start, self.staging.len() - start);
         }
-        let mut iov_at = 0;
+        for &(start, len) in &spans[..self.groups.len()] {
+            self.iovs.push(libc::iovec {
+                iov_base: self.staging[start..].as_mut_ptr() as *mut libc::c_void,
+                iov_len: len,
+            });
+        }
         for (g, &(a, b)) in self.groups.iter().enumerate() {
             let m = self.meta[a];
             let namelen = write_sockaddr(&m.dest, sock.is_v6(), &mut self.names[g]);
@@ -728,12 +739,11 @@ impl TxQueue {
             h.msg_len = 0;
             h.msg_hdr.msg_name = &mut self.names[g] as *mut _ as *mut libc::c_void;
             h.msg_hdr.msg_namelen = namelen;
-            h.msg_hdr.msg_iov = &mut self.iovs[iov_at];
-            h.msg_hdr.msg_iovlen = iov_counts[g];
+            h.msg_hdr.msg_iov = &mut self.iovs[g];
+            h.msg_hdr.msg_iovlen = 1;
             h.msg_hdr.msg_flags = 0;
             h.msg_hdr.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
             h.msg_hdr.msg_controllen = mem::size_of::<Ctrl>();
-            iov_at += iov_counts[g];
             // The TOS cmsg must match the family of the packet actually sent: a
             // v4 destination (also v4-mapped on a v6 socket) uses IP_TOS.
             let (lvl, ty) = if m.dest.is_ipv4() {

@@ -519,6 +519,8 @@ pub(crate) struct TxQueue {
     /// than the same bytes as one, more than this copy of (usually
     /// cache-hot) payload costs. Allocated on first use.
     staging: Vec<u8>,
+    /// Length of the address in `names[0]` for a lone `sendto`.
+    lone_namelen: libc::socklen_t,
 }
 
 // SAFETY: as for RxBatch, the pointers refer only to the struct's own vectors.
@@ -542,6 +544,7 @@ impl TxQueue {
             hdrs: vec![unsafe { mem::zeroed() }; TX_MAX_MSGS],
             groups: Vec::with_capacity(TX_MAX_MSGS),
             staging: Vec::new(),
+            lone_namelen: 0,
         }
     }
     /// Packets queued and not yet sent.
@@ -633,7 +636,11 @@ impl TxQueue {
             let first = self.meta[self.head];
             let lone = self.meta.len() - self.head == 1
                 && sock.default_tos(&first.dest) == Some(first.tos);
-            self.build(sock, gso && !lone);
+            if lone {
+                self.build_lone(sock);
+            } else {
+                self.build(sock, gso);
+            }
             let count = self.groups.len();
             stats.send_calls += 1;
             crate::timetrace::record("sendmmsg start");
@@ -641,15 +648,14 @@ impl TxQueue {
             // which stay untouched until the call returns.
             let r = unsafe {
                 if lone {
-                    let h = &self.hdrs[0].msg_hdr;
                     let n = libc::syscall(
                         libc::SYS_sendto,
                         sock.fd(),
-                        (*h.msg_iov).iov_base,
-                        (*h.msg_iov).iov_len,
+                        self.staging.as_ptr(),
+                        self.staging.len(),
                         0,
-                        h.msg_name,
-                        h.msg_namelen,
+                        &self.names[0] as *const libc::sockaddr_storage,
+                        self.lone_namelen,
                     );
                     if n >= 0 {
                         1
@@ -727,6 +733,25 @@ impl TxQueue {
         self.used_bufs = 0;
         self.head = 0;
         FlushOutcome::Done
+    }
+
+    /// Prepares the packet at `head` for `sendto`: its bytes in `staging`,
+    /// its destination in `names[0]` (no message header, no cmsg).
+    fn build_lone(&mut self, sock: &UdpSocket) {
+        let m = self.meta[self.head];
+        self.groups.clear();
+        self.groups.push((self.head, self.head + 1));
+        self.staging.clear();
+        let head_len = m.head_len as usize;
+        self.staging
+            .extend_from_slice(&self.bufs[m.buf as usize][m.head_at as usize..][..head_len]);
+        let pay_len = m.len - head_len;
+        if pay_len > 0 {
+            self.staging.extend_from_slice(
+                &self.payloads[m.payload as usize][m.pay_at as usize..][..pay_len],
+            );
+        }
+        self.lone_namelen = write_sockaddr(&m.dest, sock.is_v6(), &mut self.names[0]);
     }
 
     /// Fills the sendmmsg headers with groups of queued packets from `head`.

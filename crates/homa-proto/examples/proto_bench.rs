@@ -132,6 +132,41 @@ fn tick(checksum: bool, rate: u64, secs: u64) -> (f64, f64, f64) {
     )
 }
 
+/// The receiving side's turn in a one-way stream: `b` (at `b_addr`) drops
+/// each request delivered (counting it in `delivered`; `a` then sends the
+/// next of `count` as `id`) and sends its GRANTs back to `a`. True if any
+/// packet moved.
+#[allow(clippy::too_many_arguments)]
+fn receiver_turn(
+    a: &mut Endpoint,
+    b: &mut Endpoint,
+    now: u64,
+    buf: &mut Vec<u8>,
+    b_addr: SocketAddr,
+    msg: &Bytes,
+    id: &mut homa_proto::RpcId,
+    delivered: &mut u64,
+    count: u64,
+) -> bool {
+    while let Some(ev) = b.poll_event() {
+        if let Event::Request { rpc, message } = ev {
+            assert_eq!(message.len(), msg.len());
+            b.abandon(rpc);
+            a.cancel(*id);
+            *delivered += 1;
+            if *delivered < count {
+                *id = a.send_request(now, b_addr, msg.clone()).unwrap();
+            }
+        }
+    }
+    let mut moved = false;
+    while let Some(t) = b.poll_transmit(now, buf) {
+        a.handle_datagram(now, b_addr, &buf[..t.len]);
+        moved = true;
+    }
+    moved
+}
+
 /// One-way `size`-byte messages, `count` of them back to back; returns
 /// (ns per DATA packet, DATA packets).
 fn stream(checksum: bool, size: usize, count: u64) -> (f64, u64) {
@@ -149,21 +184,17 @@ fn stream(checksum: bool, size: usize, count: u64) -> (f64, u64) {
             b.handle_datagram(now, a_addr, &buf[..t.len]);
             moved = true;
         }
-        while let Some(ev) = b.poll_event() {
-            if let Event::Request { rpc, message } = ev {
-                assert_eq!(message.len(), size);
-                b.abandon(rpc);
-                a.cancel(id);
-                delivered += 1;
-                if delivered < count {
-                    id = a.send_request(now, b_addr, msg.clone()).unwrap();
-                }
-            }
-        }
-        while let Some(t) = b.poll_transmit(now, &mut buf) {
-            a.handle_datagram(now, b_addr, &buf[..t.len]);
-            moved = true;
-        }
+        moved |= receiver_turn(
+            &mut a,
+            &mut b,
+            now,
+            &mut buf,
+            b_addr,
+            &msg,
+            &mut id,
+            &mut delivered,
+            count,
+        );
         if !moved {
             // The pacer holds the next packet back: jump to when it may go.
             let t = a.poll_timeout().expect("sender has a deadline");
@@ -226,21 +257,17 @@ fn burst(checksum: bool, size: usize, count: u64) -> (f64, f64, f64) {
             rx_ns += t1.elapsed().as_nanos();
             moved = true;
         }
-        while let Some(ev) = b.poll_event() {
-            if let Event::Request { rpc, message } = ev {
-                assert_eq!(message.len(), size);
-                b.abandon(rpc);
-                a.cancel(id);
-                delivered += 1;
-                if delivered < count {
-                    id = a.send_request(now, b_addr, msg.clone()).unwrap();
-                }
-            }
-        }
-        while let Some(t) = b.poll_transmit(now, &mut buf) {
-            a.handle_datagram(now, b_addr, &buf[..t.len]);
-            moved = true;
-        }
+        moved |= receiver_turn(
+            &mut a,
+            &mut b,
+            now,
+            &mut buf,
+            b_addr,
+            &msg,
+            &mut id,
+            &mut delivered,
+            count,
+        );
         if !moved {
             let t = a.poll_timeout().expect("sender has a deadline");
             // Real time moves on while a GSO run is sent: jump by about one run

@@ -237,6 +237,12 @@ pub struct Endpoint {
     /// (`grants_dirty` says one is due).
     pub(crate) grants_deferred: bool,
     pub(crate) grants_dirty: bool,
+    /// `update_grants` would change nothing now: its last call granted
+    /// nothing, and no incoming message, the grantable set or
+    /// `incoming_total` changed since. Lets `free_rpc` of an RPC without an
+    /// incoming message (most frees) skip the grant pass, which reads the
+    /// top grantable RPCs' (cold) slab entries.
+    pub(crate) grants_settled: bool,
 }
 
 fn splitmix64(mut x: u64) -> u64 {
@@ -310,6 +316,7 @@ impl Endpoint {
             burst_key: None,
             grants_deferred: false,
             grants_dirty: false,
+            grants_settled: true,
             metrics: Metrics::default(),
             config,
         };
@@ -790,7 +797,12 @@ impl Endpoint {
             p.server_rpcs -= 1;
         }
         p.last_active = now;
-        self.update_grants(now);
+        // The grant pass is for room or rank freed by the message removed
+        // above (which unsettles it), or for a grant an earlier pass could
+        // not yet give; if neither, it would do nothing.
+        if !self.grants_settled {
+            self.update_grants(now);
+        }
     }
 
     fn tombstones_on(&self) -> bool {

@@ -126,6 +126,7 @@ fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
     let m = client.metrics();
     let sstats = server.socket_stats();
     let sm = server.metrics();
+    let (crs, srs) = (client.runtime_stats(), server.runtime_stats());
     server.shutdown();
     let served = sink
         .join()
@@ -159,6 +160,7 @@ fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         eprintln!("homa server counters: {}", drops.join(" "));
+        eprintln!("homa waits: client {crs:?}; server {srs:?}");
     }
     Ok((done, secs))
 }

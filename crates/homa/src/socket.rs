@@ -393,14 +393,31 @@ impl RxBatch {
         // that does not move), sized as declared. The raw syscall skips
         // libc's cancellation-point wrapper, which costs on every poll.
         let r = unsafe {
-            libc::syscall(
-                libc::SYS_recvmmsg,
-                sock.fd(),
-                self.hdrs.as_mut_ptr(),
-                self.vlen as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut::<libc::timespec>(),
-            )
+            if self.vlen == 1 {
+                // One datagram at a time: plain recvmsg skips recvmmsg's
+                // per-call set-up (~25 ns of a 350 ns successful receive).
+                let n = libc::syscall(
+                    libc::SYS_recvmsg,
+                    sock.fd(),
+                    &mut self.hdrs[0].msg_hdr as *mut libc::msghdr,
+                    libc::MSG_DONTWAIT,
+                );
+                if n >= 0 {
+                    self.hdrs[0].msg_len = n as libc::c_uint;
+                    1
+                } else {
+                    n
+                }
+            } else {
+                libc::syscall(
+                    libc::SYS_recvmmsg,
+                    sock.fd(),
+                    self.hdrs.as_mut_ptr(),
+                    self.vlen as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut::<libc::timespec>(),
+                )
+            }
         };
         if r > 0 {
             crate::timetrace::record("recvmmsg got");

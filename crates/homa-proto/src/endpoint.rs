@@ -323,6 +323,37 @@ impl Endpoint {
         Ok(ep)
     }
 
+    /// First of two hints for a driver that knows some time ahead that a
+    /// `send_request` to `dest` is coming (a simulator draws its arrivals
+    /// ahead): starts loading the destination's slot of the address index.
+    /// Changes nothing.
+    #[inline]
+    pub fn prefetch_dest(&self, dest: SocketAddr) {
+        self.peers.prefetch_find(&dest);
+        crate::table::prefetch(&self.free_keys);
+    }
+
+    /// Second hint, shortly before the `send_request` (after
+    /// [`Self::prefetch_dest`], whose load it uses): starts loading the
+    /// destination's peer entry and the slab slot the new RPC will take.
+    /// Changes nothing.
+    #[inline]
+    pub fn prefetch_send(&self, dest: SocketAddr) {
+        if let Some(pk) = self.peers.find(dest) {
+            self.peers.prefetch_peer(pk);
+        }
+        if let Some(slot) = self
+            .free_keys
+            .last()
+            .and_then(|&k| self.rpcs.get(k as usize))
+        {
+            let p = slot as *const Option<Rpc> as *const u8;
+            for off in (0..std::mem::size_of::<Option<Rpc>>()).step_by(64) {
+                crate::table::prefetch_ptr(p.wrapping_add(off));
+            }
+        }
+    }
+
     pub fn config(&self) -> &Config {
         &self.config
     }

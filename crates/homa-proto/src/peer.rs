@@ -245,6 +245,14 @@ impl Peers {
         self.index.prefetch(PeerAddr::new(addr));
     }
 
+    /// Starts loading peer `key`'s hot line (any key: a hint).
+    #[inline]
+    pub fn prefetch_peer(&self, key: PeerKey) {
+        if let Some(s) = self.slots.get(key as usize) {
+            crate::table::prefetch(s);
+        }
+    }
+
     /// Adds a peer not yet in the table. `cutoffs` are our own, assumed until
     /// the peer tells us its own.
     pub fn insert(

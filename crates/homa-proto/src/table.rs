@@ -25,6 +25,20 @@ pub(crate) fn prefetch<T>(x: &T) {
     let _ = p;
 }
 
+/// [`prefetch`] of the line holding an address (any address: prefetching
+/// never faults).
+#[inline]
+pub(crate) fn prefetch_ptr(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint; it never faults, whatever the address.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// What a table slot holds: a key and a value, or nothing.
 pub(crate) trait Slot: Copy {
     type Key: Copy + Eq + Hash;

@@ -551,9 +551,12 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
     trace.sort_by_key(|m| m.at);
     let mut trace_pos = 0usize;
 
-    let mut next_at: f64 = 0.0;
-    // `next_at` rounded to ns, kept up to date with it.
-    let mut next_at_ns: Time = 0;
+    let mut ahead = Ahead::new(per_round);
+    if spec.trace.is_none() {
+        for _ in 0..AHEAD_ROUNDS {
+            ahead.draw(spec, n, &mut rng, mean_gap_ns);
+        }
+    }
     // Time after which the run stops even if measured messages are missing.
     let mut drain_limit: Option<Time> = None;
     let mut generated: u64 = 0;
@@ -565,7 +568,6 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
     let mut last_progress_events = 0u64;
     let mut pool_peak = 0u64;
     let mut next_pool_sample = 0u64;
-    let mut senders: Vec<HostId> = Vec::new();
     let mut cancels: Vec<(HostId, RpcId)> = Vec::new();
     let mut msgs: Vec<(HostId, HostId, u32, bool)> = Vec::with_capacity(per_round);
 
@@ -575,7 +577,7 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         let arrival: Option<Time> = if spec.trace.is_some() {
             trace.get(trace_pos).map(|m| m.at)
         } else {
-            Some(next_at_ns)
+            ahead.next_at()
         };
         // One network event if it is due before the next arrival (an arrival
         // goes before the events of its own instant are done: `run_until`).
@@ -602,32 +604,24 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
                     delivered_at_window_start = shared.borrow().delivered_bytes;
                 }
                 let measured = window_start.is_some() && gen_stopped_at.is_none();
-                match spec.pattern {
-                    Pattern::Uniform => {
-                        let src = rng.gen_range(0..n);
-                        let mut dst = rng.gen_range(0..n - 1);
-                        if dst >= src {
-                            dst += 1;
-                        }
-                        msgs.push((src, dst, spec.workload.sample(&mut rng), measured));
-                    }
-                    Pattern::Incast { .. } => {
-                        let dst = rng.gen_range(0..n);
-                        senders.clear();
-                        while senders.len() < per_round {
-                            let s = rng.gen_range(0..n);
-                            if s != dst && !senders.contains(&s) {
-                                senders.push(s);
-                            }
-                        }
-                        for &s in &senders {
-                            msgs.push((s, dst, spec.workload.sample(&mut rng), measured));
-                        }
+                for &(src, dst, size) in ahead.take_round() {
+                    msgs.push((src, dst, size, measured));
+                }
+                // Keep `AHEAD_ROUNDS` rounds drawn beyond this one: the
+                // newest one's senders start loading their destinations'
+                // index slots, the next one's (whose index slots were
+                // loaded a round ago) the peer entries and RPC slots.
+                ahead.draw(spec, n, &mut rng, mean_gap_ns);
+                for &(src, dst, _) in ahead.round(AHEAD_ROUNDS - 1) {
+                    if let Some(ep) = net.try_endpoint(src) {
+                        ep.prefetch_dest(net.addr(dst));
                     }
                 }
-                let u: f64 = rng.gen();
-                next_at += -(1.0 - u).ln() * mean_gap_ns;
-                next_at_ns = next_at.round() as Time;
+                for &(src, dst, _) in ahead.round(0) {
+                    if let Some(ep) = net.try_endpoint(src) {
+                        ep.prefetch_send(net.addr(dst));
+                    }
+                }
             }
             for &(src, dst, size, measured) in &msgs {
                 let payload = Bytes::from_static(&zeros[..size as usize]);
@@ -950,6 +944,99 @@ fn is_tor(t: &Topology, s: usize) -> bool {
     }
 }
 
+/// Rounds of random arrivals drawn beyond the current one (at least 1).
+const AHEAD_ROUNDS: usize = 2;
+
+/// Random arrivals drawn a few rounds ahead of their time: the run loop
+/// then knows the coming senders and destinations, and has their engines
+/// load the state a send will need while other events run (see
+/// `Endpoint::prefetch_dest`). The generator's draws come in the same order
+/// as when each round is drawn at its time (a round's messages, then the
+/// gap to the next round), so the run is the same.
+struct Ahead {
+    per_round: usize,
+    /// A ring of `AHEAD_ROUNDS + 1` rounds: arrival times, and `per_round`
+    /// (source, destination, size) each.
+    times: [Time; AHEAD_ROUNDS + 1],
+    msgs: Box<[(HostId, HostId, u32)]>,
+    /// Ring index of the oldest drawn round, and how many are drawn.
+    first: usize,
+    len: usize,
+    /// Time of the next round to draw, unrounded.
+    next_at: f64,
+    senders: Vec<HostId>,
+}
+
+impl Ahead {
+    fn new(per_round: usize) -> Ahead {
+        Ahead {
+            per_round,
+            times: [0; AHEAD_ROUNDS + 1],
+            msgs: vec![(0, 0, 0); (AHEAD_ROUNDS + 1) * per_round].into_boxed_slice(),
+            first: 0,
+            len: 0,
+            next_at: 0.0,
+            senders: Vec::new(),
+        }
+    }
+
+    /// Arrival time of the oldest drawn round.
+    fn next_at(&self) -> Option<Time> {
+        (self.len > 0).then(|| self.times[self.first])
+    }
+
+    /// Draws one more round (there must be room: at most `AHEAD_ROUNDS + 1`).
+    fn draw(&mut self, spec: &SimSpec, n: usize, rng: &mut ChaCha8Rng, mean_gap_ns: f64) {
+        assert!(self.len <= AHEAD_ROUNDS, "no room for another round");
+        let r = (self.first + self.len) % (AHEAD_ROUNDS + 1);
+        self.len += 1;
+        self.times[r] = self.next_at.round() as Time;
+        let msgs = &mut self.msgs[r * self.per_round..(r + 1) * self.per_round];
+        match spec.pattern {
+            Pattern::Uniform => {
+                let src = rng.gen_range(0..n);
+                let mut dst = rng.gen_range(0..n - 1);
+                if dst >= src {
+                    dst += 1;
+                }
+                msgs[0] = (src, dst, spec.workload.sample(rng));
+            }
+            Pattern::Incast { .. } => {
+                let dst = rng.gen_range(0..n);
+                self.senders.clear();
+                while self.senders.len() < self.per_round {
+                    let s = rng.gen_range(0..n);
+                    if s != dst && !self.senders.contains(&s) {
+                        self.senders.push(s);
+                    }
+                }
+                for (m, &s) in msgs.iter_mut().zip(&self.senders) {
+                    *m = (s, dst, spec.workload.sample(rng));
+                }
+            }
+        }
+        let u: f64 = rng.gen();
+        self.next_at += -(1.0 - u).ln() * mean_gap_ns;
+    }
+
+    /// Removes the oldest round and returns its messages (valid until the
+    /// next `draw`).
+    fn take_round(&mut self) -> &[(HostId, HostId, u32)] {
+        assert!(self.len > 0, "no round drawn");
+        let r = self.first;
+        self.first = (r + 1) % (AHEAD_ROUNDS + 1);
+        self.len -= 1;
+        &self.msgs[r * self.per_round..(r + 1) * self.per_round]
+    }
+
+    /// The messages of drawn round `i` (0: the oldest).
+    fn round(&self, i: usize) -> &[(HostId, HostId, u32)] {
+        debug_assert!(i < self.len);
+        let r = (self.first + i) % (AHEAD_ROUNDS + 1);
+        &self.msgs[r * self.per_round..(r + 1) * self.per_round]
+    }
+}
+
 /// Hashes RPC ids (engine-chosen integers) with one multiplication instead of
 /// SipHash: the table is touched twice per message. Deterministic; nothing
 /// depends on the table's iteration order anyway.
@@ -1033,6 +1120,69 @@ fn mix(mut z: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Drawing rounds ahead must consume the generator exactly as drawing
+    /// each round at its time did (messages, then the gap), or runs change.
+    #[test]
+    fn arrivals_drawn_ahead_match_arrivals_drawn_one_at_a_time() {
+        let n = 20;
+        for pattern in [Pattern::Uniform, Pattern::Incast { senders: 5 }] {
+            let spec = SimSpec {
+                pattern,
+                ..SimSpec::new(Workload::builtin("w2").unwrap(), 0.5)
+            };
+            let per_round = match pattern {
+                Pattern::Uniform => 1,
+                Pattern::Incast { senders } => senders,
+            };
+            let gap = 37.5;
+            // One round at a time, as the run loop used to draw them.
+            let mut rng = ChaCha8Rng::seed_from_u64(9);
+            let (mut at, mut want) = (0.0f64, Vec::new());
+            for _ in 0..500 {
+                let t = at.round() as Time;
+                match pattern {
+                    Pattern::Uniform => {
+                        let src = rng.gen_range(0..n);
+                        let mut dst = rng.gen_range(0..n - 1);
+                        if dst >= src {
+                            dst += 1;
+                        }
+                        want.push((t, src, dst, spec.workload.sample(&mut rng)));
+                    }
+                    Pattern::Incast { .. } => {
+                        let dst = rng.gen_range(0..n);
+                        let mut senders: Vec<HostId> = Vec::new();
+                        while senders.len() < per_round {
+                            let s = rng.gen_range(0..n);
+                            if s != dst && !senders.contains(&s) {
+                                senders.push(s);
+                            }
+                        }
+                        for s in senders {
+                            want.push((t, s, dst, spec.workload.sample(&mut rng)));
+                        }
+                    }
+                }
+                let u: f64 = rng.gen();
+                at += -(1.0 - u).ln() * gap;
+            }
+            let mut rng = ChaCha8Rng::seed_from_u64(9);
+            let mut ahead = Ahead::new(per_round);
+            for _ in 0..AHEAD_ROUNDS {
+                ahead.draw(&spec, n, &mut rng, gap);
+            }
+            let mut got = Vec::new();
+            while got.len() < want.len() {
+                let t = ahead.next_at().unwrap();
+                let round: Vec<_> = ahead.take_round().to_vec();
+                got.extend(round.into_iter().map(|(s, d, z)| (t, s, d, z)));
+                ahead.draw(&spec, n, &mut rng, gap);
+                assert_eq!(ahead.round(0).len(), per_round);
+            }
+            assert_eq!(got, want, "{pattern:?}");
+        }
+    }
 
     fn trace_spec(topology: Topology, msgs: Vec<TraceMsg>) -> SimSpec {
         let max = msgs.iter().map(|m| m.size).max().unwrap();

@@ -156,7 +156,13 @@ fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
         let drops: Vec<String> = sm
             .iter()
             .into_iter()
-            .filter(|(k, v)| *v > 0 && (k.starts_with("drop_") || k.starts_with("resend") || k.starts_with("busy") || k.contains("pool")))
+            .filter(|(k, v)| {
+                *v > 0
+                    && (k.starts_with("drop_")
+                        || k.starts_with("resend")
+                        || k.starts_with("busy")
+                        || k.contains("pool"))
+            })
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         eprintln!("homa server counters: {}", drops.join(" "));

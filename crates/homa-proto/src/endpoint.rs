@@ -401,6 +401,7 @@ impl Endpoint {
             && self.events.is_empty()
     }
 
+    #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -532,6 +533,7 @@ impl Endpoint {
     }
 
     /// Feeds one received datagram (UDP payload) from `from`.
+    #[inline]
     pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
         self.receive_one(now, from, datagram, None);
         self.check_pool_waiters(now);
@@ -660,6 +662,7 @@ impl Endpoint {
     }
 
     /// When `handle_timeout` should next be called, if ever.
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Time> {
         let mut t = self.next_tick;
         if (!self.sendable.is_empty() || !self.retx_queue.is_empty())

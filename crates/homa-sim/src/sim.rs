@@ -583,7 +583,27 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
         // goes before the events of its own instant are done: `run_until`).
         let stepped = match arrival {
             Some(0) => false,
-            Some(a) => net.step_until(a - 1),
+            Some(a) => {
+                let stepped = net.step_until(a - 1);
+                // Further events go on in this tight loop as long as the rest
+                // of the loop body would have nothing to do after them: no
+                // request delivered (a delivery is the only thing that queues
+                // cancels or counts toward the end), no drain limit passed,
+                // no pool sample or progress report due.
+                if stepped {
+                    let drain = drain_limit.unwrap_or(Time::MAX);
+                    let mut next_check = next_pool_sample;
+                    if progress.is_some() {
+                        next_check = next_check.min(last_progress_events + (1 << 16));
+                    }
+                    while shared.borrow().cancels.is_empty()
+                        && net.now() <= drain
+                        && net.fabric().events_processed() < next_check
+                        && net.step_until(a - 1)
+                    {}
+                }
+                stepped
+            }
             None => net.step(),
         };
         if let (false, Some(at)) = (stepped, arrival) {

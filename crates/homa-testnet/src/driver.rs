@@ -89,9 +89,11 @@ pub struct HostCtx<'a> {
 }
 
 impl<'a> HostCtx<'a> {
+    #[inline]
     pub fn now(&self) -> Time {
         self.net.now()
     }
+    #[inline]
     pub fn host(&self) -> HostId {
         self.host
     }
@@ -104,6 +106,7 @@ impl<'a> HostCtx<'a> {
         host_addr(h)
     }
     /// The host with address `addr`, if it exists.
+    #[inline]
     pub fn host_of(&self, addr: SocketAddr) -> Option<HostId> {
         self.net.host_of(addr)
     }
@@ -115,6 +118,7 @@ impl<'a> HostCtx<'a> {
         self.ep.is_some()
     }
     /// The endpoint, unless the host is down.
+    #[inline]
     pub fn endpoint(&mut self) -> Option<&mut Endpoint> {
         self.ep.as_deref_mut()
     }
@@ -128,6 +132,7 @@ impl<'a> HostCtx<'a> {
         self.rng
     }
     /// Starts an RPC to host `dst`.
+    #[inline]
     pub fn send_request(&mut self, dst: HostId, request: Bytes) -> Result<RpcId, SendError> {
         let now = self.net.now();
         match self.ep.as_deref_mut() {
@@ -144,6 +149,7 @@ impl<'a> HostCtx<'a> {
         }
     }
     /// Abandons a client RPC.
+    #[inline]
     pub fn cancel(&mut self, id: RpcId) {
         if let Some(ep) = self.ep.as_deref_mut() {
             ep.cancel(id);

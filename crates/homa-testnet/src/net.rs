@@ -35,6 +35,7 @@ const ADDR_BASE: u32 = 0x0A00_0001; // 10.0.0.1
 
 /// The synthetic address of host `h`: `10.0.0.1 + h`, port 4000. These
 /// addresses only ever exist inside the simulated network.
+#[inline]
 pub fn host_addr(h: HostId) -> SocketAddr {
     SocketAddr::new(
         IpAddr::V4(Ipv4Addr::from(ADDR_BASE.wrapping_add(h as u32))),
@@ -43,6 +44,7 @@ pub fn host_addr(h: HostId) -> SocketAddr {
 }
 
 /// Inverse of [`host_addr`] (without a bound on the number of hosts).
+#[inline]
 pub fn addr_host(addr: SocketAddr) -> Option<HostId> {
     match addr {
         SocketAddr::V4(a) if a.port() == HOST_PORT => {
@@ -721,11 +723,13 @@ impl Fabric {
     // ----- buffers and sending -----
 
     /// An empty buffer, recycled if possible.
+    #[inline]
     pub fn take_buf(&mut self) -> Vec<u8> {
         self.bufs.pop().unwrap_or_default()
     }
 
     /// Returns a buffer for reuse.
+    #[inline]
     pub fn recycle(&mut self, mut buf: Vec<u8>) {
         if self.bufs.len() < MAX_FREE_BUFS && buf.capacity() > 0 {
             buf.clear();
@@ -736,6 +740,7 @@ impl Fabric {
     /// Hands a datagram from host `src` to its NIC queue at priority
     /// `priority` (clamped to 7). Returns false if it was dropped at once
     /// (no route, host down, NIC buffer full); the drop is counted.
+    #[inline]
     pub fn send(&mut self, src: HostId, dst: HostId, priority: u8, data: Vec<u8>) -> bool {
         let nic = self.hosts[src].nic;
         self.stats.injected += 1;
@@ -786,6 +791,7 @@ impl Fabric {
         }
     }
 
+    #[inline]
     fn take_slot(&mut self, i: u32) -> Packet {
         self.free_slots.push(i);
         let s = &mut self.slab[i as usize];
@@ -805,6 +811,7 @@ impl Fabric {
         self.recycle(data);
     }
 
+    #[inline]
     fn enqueue(&mut self, port: usize, slot: u32) -> bool {
         let sl = &mut self.slab[slot as usize];
         let wire = sl.wire_len as u64;
@@ -841,6 +848,7 @@ impl Fabric {
     }
 
     /// Takes the first packet of port `port`'s highest non-empty queue.
+    #[inline]
     fn pop_highest(&mut self, port: usize) -> Option<u32> {
         let p = &mut self.ports[port];
         if p.nonempty == 0 {
@@ -861,6 +869,7 @@ impl Fabric {
 
     /// Schedules `Hosts::timer(host, kind, token)` at `at` (or now, if `at` is
     /// in the past).
+    #[inline]
     pub fn schedule(&mut self, at: Time, host: HostId, kind: u32, token: u64) {
         self.queue.push(
             at.max(self.now),
@@ -873,6 +882,7 @@ impl Fabric {
     }
 
     /// Current virtual time (ns).
+    #[inline]
     pub fn now(&self) -> Time {
         self.now
     }
@@ -1084,6 +1094,7 @@ impl Fabric {
         }
     }
 
+    #[inline]
     pub fn trace_enabled(&self) -> bool {
         self.trace.is_some()
     }
@@ -1131,6 +1142,7 @@ impl Fabric {
     }
 
     /// The host with address `addr`, if it exists in this network.
+    #[inline]
     pub fn host_of(&self, addr: SocketAddr) -> Option<HostId> {
         addr_host(addr).filter(|&h| h < self.hosts.len())
     }
@@ -1202,6 +1214,7 @@ impl Fabric {
     }
 
     /// Events processed so far.
+    #[inline]
     pub fn events_processed(&self) -> u64 {
         self.events
     }

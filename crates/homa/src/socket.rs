@@ -811,16 +811,11 @@ impl TxQueue {
             self.groups.push((i, j));
             i = j;
         }
-        // Gather every group into the staging buffer first (it must not move
-        // once iovecs point into it), then point one iovec at each group.
-        let total: usize = self
-            .groups
-            .iter()
-            .map(|&(a, b)| self.meta[a..b].iter().map(|m| m.len).sum::<usize>())
-            .sum();
+        // Gather every group into the staging buffer first, then point one
+        // iovec at each group (pointers are taken only once it is complete,
+        // so growing it meanwhile is harmless; one full queue fits at once).
         self.staging.clear();
-        self.staging
-            .reserve(total.max(self.capacity * self.packet_size));
+        self.staging.reserve(self.capacity * self.packet_size);
         let mut spans = [(0usize, 0usize); TX_MAX_MSGS];
         for (g, &(a, b)) in self.groups.iter().enumerate() {
             let start = self.staging.len();

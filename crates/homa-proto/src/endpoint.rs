@@ -58,6 +58,10 @@ pub enum RpcError {
     ResponseTooLong,
     #[error("the endpoint was shut down")]
     Shutdown,
+    /// The response could not be received: the receive pool stayed full
+    /// (the application holds received messages) for the RPC timeout.
+    #[error("the response waited for receive-pool space longer than the RPC timeout")]
+    PoolExhausted,
 }
 
 /// Why a send was refused.

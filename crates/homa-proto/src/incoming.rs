@@ -106,6 +106,7 @@ impl Endpoint {
                 }
                 None => {
                     inc.waiting_for_pool = true;
+                    inc.pool_wait_since = now;
                     self.pool_waiters.insert((inc.len, birth, key));
                     self.metrics.pool_waits += 1;
                     self.metrics.drop(DropReason::PoolExhausted);

@@ -94,6 +94,9 @@ pub struct Metrics {
     pub rpcs_failed: u64,
     /// Messages that had to wait for pool space.
     pub pool_waits: u64,
+    /// Client RPCs failed because their response waited for pool space
+    /// longer than `rpc_timeout_ns` (`RpcError::PoolExhausted`).
+    pub pool_timeouts: u64,
     /// Server RPCs discarded after an ACK.
     pub acks_processed: u64,
     /// Control packets dropped because the transmit queue was full.
@@ -142,6 +145,7 @@ impl Metrics {
             ("responses_delivered", self.responses_delivered),
             ("rpcs_failed", self.rpcs_failed),
             ("pool_waits", self.pool_waits),
+            ("pool_timeouts", self.pool_timeouts),
             ("acks_processed", self.acks_processed),
             ("control_dropped", self.control_dropped),
         ];

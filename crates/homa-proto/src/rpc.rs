@@ -102,6 +102,9 @@ pub(crate) struct InMsg {
     pub grant_key: Option<u32>,
     /// Member of the pool wait queue.
     pub waiting_for_pool: bool,
+    /// When it started waiting for pool space (meaningful while
+    /// `waiting_for_pool`): a client gives up after `rpc_timeout_ns`.
+    pub pool_wait_since: u64,
     /// A GRANT for this message is queued (and will carry the latest offset).
     pub grant_queued: bool,
 }
@@ -118,6 +121,7 @@ impl InMsg {
             alloc: None,
             grant_key: None,
             waiting_for_pool: false,
+            pool_wait_since: 0,
             grant_queued: false,
         }
     }

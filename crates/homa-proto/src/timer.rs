@@ -80,6 +80,20 @@ impl Endpoint {
         let unsched = self.unsched_bytes;
         let top = self.top_priority;
         let rpc = self.rpcs[key as usize].as_ref().unwrap();
+        // A response that cannot get pool space hears from nobody but its own
+        // application (which must release messages): after the RPC timeout
+        // the caller gets an error instead of waiting forever. (A server's
+        // request keeps waiting; its client sees BUSY and times out itself
+        // if it is never served.)
+        if let (true, Some(inc)) = (rpc.is_client, &rpc.inc) {
+            if inc.waiting_for_pool
+                && now.saturating_sub(inc.pool_wait_since) >= self.config.rpc_timeout_ns
+            {
+                self.metrics.pool_timeouts += 1;
+                self.fail_client(now, key, crate::RpcError::PoolExhausted);
+                return;
+            }
+        }
         let silent = now.saturating_sub(rpc.last_heard);
         let since_prod = now.saturating_sub(rpc.last_prod);
         // `waiting`: we expect something from the peer, so its silence counts.

@@ -238,6 +238,7 @@ fn event_digest(ev: &Event) -> [u64; 4] {
                 RpcError::Timeout => 1,
                 RpcError::ResponseTooLong => 2,
                 RpcError::Shutdown => 3,
+                RpcError::PoolExhausted => 4,
             },
             0,
         ],

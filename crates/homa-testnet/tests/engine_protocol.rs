@@ -586,3 +586,54 @@ fn an_abandoned_request_is_never_run_again_even_if_the_client_keeps_asking() {
         "re-executed after the tombstone"
     );
 }
+
+/// Answers every request with 600 KB; holds every response it receives (its
+/// pool space) and records failures.
+#[derive(Default)]
+struct PoolHog {
+    held: Vec<Message>,
+    failed: Vec<(u64, RpcId, RpcError)>,
+}
+
+impl App for PoolHog {
+    fn on_event(&mut self, ctx: &mut HostCtx<'_>, event: Event) {
+        match event {
+            Event::Request { rpc, .. } => {
+                ctx.send_response(rpc, Bytes::from(vec![7u8; 600_000]))
+                    .unwrap();
+            }
+            Event::Response { message, .. } => self.held.push(message),
+            Event::Failed { id, error } => self.failed.push((ctx.now(), id, error)),
+        }
+    }
+}
+
+#[test]
+fn a_response_that_cannot_get_pool_space_fails_after_the_rpc_timeout() {
+    // The client's pool holds 1 MiB and its application keeps the first
+    // 600 KB response: the second cannot be received. It waits (BUSY keeps
+    // the server from giving up) for the RPC timeout, then fails with
+    // PoolExhausted; once the application lets go, calls work again.
+    let config = Config {
+        pool_bytes: 1 << 20,
+        rpc_timeout_ns: 20 * MS,
+        ..Config::default()
+    };
+    let mut net = EngineNet::uniform(star(2), config, |_| PoolHog::default()).unwrap();
+    net.send_request(0, 1, pattern(100, 1)).unwrap();
+    assert!(net.run_until_cond(10 * MS, |n| n.app(0).held.len() == 1));
+    let start = net.now();
+    let second = net.send_request(0, 1, pattern(100, 2)).unwrap();
+    assert!(net.run_until_cond(start + 100 * MS, |n| !n.app(0).failed.is_empty()));
+    let (at, id, error) = net.app(0).failed[0];
+    assert_eq!((id, error), (second, RpcError::PoolExhausted));
+    let waited = at - start;
+    assert!((20 * MS..=22 * MS).contains(&waited), "failed after {waited} ns");
+    assert_eq!(net.endpoint(0).metrics().pool_timeouts, 1);
+    assert_eq!(net.endpoint(0).stats().pool_waiters, 0);
+    net.app_mut(0).held.clear();
+    net.send_request(0, 1, pattern(100, 3)).unwrap();
+    let now = net.now();
+    assert!(net.run_until_cond(now + 20 * MS, |n| n.app(0).held.len() == 1));
+    assert_eq!(net.app(0).failed.len(), 1);
+}

@@ -70,6 +70,7 @@ impl Error {
                 max: max_len,
             },
             RpcError::Shutdown => Error::Shutdown,
+            RpcError::PoolExhausted => Error::PoolExhausted,
         }
     }
 }

@@ -631,3 +631,37 @@ fn protocol_timers_run_while_traffic_never_stops() {
     );
     stop(server, workers);
 }
+
+#[test]
+fn a_response_the_pool_cannot_hold_fails_with_pool_exhausted() {
+    // The client's pool holds 1 MiB and the application keeps the first
+    // 600 KB response: the second response cannot be received, and the call
+    // fails with PoolExhausted after the RPC timeout instead of hanging.
+    let (server, workers) = echo_server("127.0.0.1:0", cfg(), 1);
+    let addr = server.local_addr();
+    let client_cfg = EndpointConfig {
+        engine: homa::EngineConfig {
+            pool_bytes: 1 << 20,
+            rpc_timeout_ns: 300_000_000,
+            ..Default::default()
+        },
+        ..cfg()
+    };
+    let client = Endpoint::bind_with("127.0.0.1:0", client_cfg).unwrap();
+    let held = client.call(addr, payload(600_000, 1)).unwrap();
+    assert_eq!(held.len(), 600_000);
+    let start = Instant::now();
+    match client.call(addr, payload(600_000, 2)) {
+        Err(Error::PoolExhausted) => {}
+        other => panic!("expected PoolExhausted, got {other:?}"),
+    }
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(290), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert_eq!(client.metrics().pool_timeouts, 1);
+    drop(held);
+    let again = client.call(addr, payload(600_000, 3)).unwrap();
+    assert!(again == payload(600_000, 3)[..]);
+    drop(again);
+    stop(server, workers);
+}

@@ -271,8 +271,12 @@ impl<A: App> Engines<A> {
         let Some(ep) = host.ep.as_mut() else {
             return;
         };
-        let mut drained = false;
-        for _ in 0..MAX_BURST {
+        // Most pumps follow an input that queued nothing to send: those skip
+        // the buffer handling of a poll that would find nothing.
+        let mut drained = self.skip_idle_polls && ep.poll_nothing_to_send(now);
+        let mut burst = if drained { 0 } else { MAX_BURST };
+        while burst > 0 {
+            burst -= 1;
             let mut buf = net.take_buf();
             match ep.poll_transmit(now, &mut buf) {
                 Some(t) => {

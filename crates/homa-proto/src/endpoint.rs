@@ -226,6 +226,11 @@ pub struct Endpoint {
     pub(crate) scratch_keys: Vec<RpcKey>,
 
     pub(crate) events: VecDeque<Event>,
+    /// Slot of the server RPC of the latest [`Event::Request`] (it may have
+    /// been freed or reused since): an application usually answers or
+    /// abandons the request it was just handed, and `server_rpc` then finds
+    /// it without two table lookups.
+    pub(crate) last_request: RpcKey,
     /// Next periodic timer tick (`Time::MAX`: none).
     pub(crate) next_tick: Time,
     pub(crate) shut_down: bool,
@@ -312,6 +317,7 @@ impl Endpoint {
             pool_waiters: BTreeSet::new(),
             scratch_keys: Vec::new(),
             events: VecDeque::new(),
+            last_request: RpcKey::MAX,
             next_tick: Time::MAX,
             shut_down: false,
             last_now: now,
@@ -513,6 +519,19 @@ impl Endpoint {
 
     /// The live server RPC an application handle stands for.
     fn server_rpc(&self, rpc: ServerRpc) -> Option<RpcKey> {
+        // One live server RPC per (address, id): if the latest request's
+        // slot still holds that identity, it is the one the tables name.
+        if let Some(Some(r)) = self.rpcs.get(self.last_request as usize) {
+            if !r.is_client && r.id == rpc.id && r.peer == rpc.peer {
+                debug_assert_eq!(self.server_rpc_lookup(rpc), Some(self.last_request));
+                return Some(self.last_request);
+            }
+        }
+        self.server_rpc_lookup(rpc)
+    }
+
+    /// [`Self::server_rpc`] through the peer and server tables.
+    fn server_rpc_lookup(&self, rpc: ServerRpc) -> Option<RpcKey> {
         let peer = self.peers.find(rpc.peer)?;
         match self.server_ids.get(ServerKey { peer, id: rpc.id })? {
             ServerEntry::Live(k) => Some(k),
@@ -1183,5 +1202,99 @@ mod tests {
         }
         assert!(done, "the RPC completes");
         assert!(yes > 10 && no > 200, "yes {yes} no {no}");
+    }
+
+    /// Hands every packet endpoint `from` has to send to its destination.
+    fn deliver(eps: &mut [Endpoint], addrs: &[SocketAddr], from: usize, now: Time) {
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        while let Some(t) = eps[from].poll_transmit(now, &mut buf) {
+            let to = addrs.iter().position(|a| *a == t.dest).unwrap();
+            out.push((to, buf[..t.len].to_vec()));
+        }
+        for (to, d) in out {
+            eps[to].handle_datagram(now, addrs[from], &d);
+        }
+    }
+
+    /// `abandon` and `send_response` find the right server RPC whether or
+    /// not it is the latest request's (whose slot `server_rpc` tries first),
+    /// also when two clients use the same RPC id.
+    #[test]
+    fn server_rpc_handles_resolve_to_their_own_rpc() {
+        let addrs: Vec<SocketAddr> = (1..=3)
+            .map(|i| format!("10.0.0.{i}:4000").parse().unwrap())
+            .collect();
+        // Clients 1 and 2 share an id seed: their first RPCs have one id.
+        let mut eps: Vec<Endpoint> = [1u64, 9, 9]
+            .iter()
+            .map(|&seed| {
+                let cfg = Config {
+                    rpc_id_seed: seed,
+                    ..Config::default()
+                };
+                Endpoint::new(cfg, 0).unwrap()
+            })
+            .collect();
+        let a = eps[1]
+            .send_request(0, addrs[0], Bytes::from_static(b"a"))
+            .unwrap();
+        let b = eps[2]
+            .send_request(0, addrs[0], Bytes::from_static(b"b"))
+            .unwrap();
+        assert_eq!(a, b, "same id from both clients");
+        deliver(&mut eps, &addrs, 1, 10);
+        deliver(&mut eps, &addrs, 2, 20);
+        let mut handles = Vec::new();
+        while let Some(ev) = eps[0].poll_event() {
+            if let Event::Request { rpc, message } = ev {
+                handles.push((rpc, message.to_vec()));
+            }
+        }
+        assert_eq!(handles.len(), 2);
+        assert_eq!(handles[1].1, b"b", "client 2's request is the latest");
+        assert_eq!(eps[0].server_rpc_count, 2);
+        // Client 1's handle (same id as the latest, another peer) must not
+        // free client 2's RPC.
+        eps[0].abandon(handles[0].0);
+        assert_eq!(eps[0].server_rpc_count, 1);
+        eps[0].abandon(handles[0].0);
+        assert_eq!(eps[0].server_rpc_count, 1, "an abandoned handle is unknown");
+        assert_eq!(
+            eps[0].send_response(30, handles[0].0, Bytes::from_static(b"x")),
+            Err(SendError::UnknownRpc)
+        );
+        eps[0]
+            .send_response(30, handles[1].0, Bytes::from_static(b"to 2"))
+            .unwrap();
+        deliver(&mut eps, &addrs, 0, 40);
+        match eps[2].poll_event() {
+            Some(Event::Response { id, message }) => {
+                assert_eq!(id, b);
+                assert_eq!(message.to_vec(), b"to 2");
+            }
+            other => panic!("client 2 expected its response, got {other:?}"),
+        }
+        // An answered request is not abandoned (it waits for the client's ACK).
+        assert_eq!(eps[0].server_rpc_count, 1);
+        eps[0].abandon(handles[1].0);
+        assert_eq!(eps[0].server_rpc_count, 1);
+        // The latest request's slot, once freed, is not mistaken for a live RPC.
+        eps[1]
+            .send_request(50, addrs[0], Bytes::from_static(b"c"))
+            .unwrap();
+        deliver(&mut eps, &addrs, 1, 60);
+        let Some(Event::Request { rpc: c, .. }) = eps[0].poll_event() else {
+            panic!("a request");
+        };
+        assert_eq!(eps[0].server_rpc_count, 2);
+        eps[0].abandon(c);
+        assert_eq!(eps[0].server_rpc_count, 1);
+        eps[0].abandon(c);
+        assert_eq!(eps[0].server_rpc_count, 1);
+        assert_eq!(
+            eps[0].send_response(70, c, Bytes::from_static(b"x")),
+            Err(SendError::UnknownRpc)
+        );
     }
 }

@@ -319,6 +319,7 @@ impl Endpoint {
             }
         } else {
             rpc.state = RpcState::ServerInService;
+            self.last_request = key;
             self.events.push_back(Event::Request {
                 rpc: ServerRpc {
                     peer: rpc.peer,

@@ -14,15 +14,7 @@ use std::hash::{BuildHasher, Hash};
 /// so starting the loads early lets their misses overlap).
 #[inline]
 pub(crate) fn prefetch<T>(x: &T) {
-    let p = x as *const T;
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetching is a hint; it never faults (and `p` is valid anyway).
-    #[allow(unused_unsafe)]
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
+    prefetch_ptr(x as *const T as *const u8);
 }
 
 /// [`prefetch`] of the line holding an address (any address: prefetching

@@ -628,7 +628,10 @@ fn a_response_that_cannot_get_pool_space_fails_after_the_rpc_timeout() {
     let (at, id, error) = net.app(0).failed[0];
     assert_eq!((id, error), (second, RpcError::PoolExhausted));
     let waited = at - start;
-    assert!((20 * MS..=22 * MS).contains(&waited), "failed after {waited} ns");
+    assert!(
+        (20 * MS..=22 * MS).contains(&waited),
+        "failed after {waited} ns"
+    );
     assert_eq!(net.endpoint(0).metrics().pool_timeouts, 1);
     assert_eq!(net.endpoint(0).stats().pool_waiters, 0);
     net.app_mut(0).held.clear();

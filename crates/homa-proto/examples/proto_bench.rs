@@ -138,79 +138,100 @@ fn tick(checksum: bool, rate: u64, secs: u64) -> (f64, f64, f64) {
     )
 }
 
-/// The receiving side's turn in a one-way stream: `b` (at `b_addr`) drops
-/// each request delivered (counting it in `delivered`; `a` then sends the
-/// next of `count` as `id`) and sends its GRANTs back to `a`. True if any
-/// packet moved.
-#[allow(clippy::too_many_arguments)]
-fn receiver_turn(
-    a: &mut Endpoint,
-    b: &mut Endpoint,
-    now: u64,
-    buf: &mut Vec<u8>,
+/// A one-way stream in progress: `a` sends `count` requests of `msg`, one
+/// at a time, to `b`, which drops each one delivered.
+struct Stream {
+    a: Endpoint,
+    b: Endpoint,
+    a_addr: SocketAddr,
     b_addr: SocketAddr,
-    msg: &Bytes,
-    id: &mut homa_proto::RpcId,
-    delivered: &mut u64,
+    msg: Bytes,
+    id: homa_proto::RpcId,
+    delivered: u64,
     count: u64,
-) -> bool {
-    while let Some(ev) = b.poll_event() {
-        if let Event::Request { rpc, message } = ev {
-            assert_eq!(message.len(), msg.len());
-            b.abandon(rpc);
-            a.cancel(*id);
-            *delivered += 1;
-            if *delivered < count {
-                *id = a.send_request(now, b_addr, msg.clone()).unwrap();
-            }
+    now: u64,
+    buf: Vec<u8>,
+}
+
+impl Stream {
+    fn new(mut a: Endpoint, b: Endpoint, size: usize, count: u64) -> Stream {
+        let (a_addr, b_addr) = addrs();
+        let msg = Bytes::from(vec![7u8; size]);
+        let now = 1_000u64;
+        let id = a.send_request(now, b_addr, msg.clone()).unwrap();
+        Stream {
+            a,
+            b,
+            a_addr,
+            b_addr,
+            msg,
+            id,
+            delivered: 0,
+            count,
+            now,
+            buf: Vec::with_capacity(2048),
         }
     }
-    let mut moved = false;
-    while let Some(t) = b.poll_transmit(now, buf) {
-        a.handle_datagram(now, b_addr, &buf[..t.len]);
-        moved = true;
+
+    fn done(&self) -> bool {
+        self.delivered >= self.count
     }
-    moved
+
+    /// The receiver's turn: each request delivered is dropped and `a` sends
+    /// the next; GRANTs go back to `a`. True if any packet moved.
+    fn receiver_turn(&mut self) -> bool {
+        let (now, b_addr) = (self.now, self.b_addr);
+        while let Some(ev) = self.b.poll_event() {
+            if let Event::Request { rpc, message } = ev {
+                assert_eq!(message.len(), self.msg.len());
+                self.b.abandon(rpc);
+                self.a.cancel(self.id);
+                self.delivered += 1;
+                if !self.done() {
+                    self.id = self.a.send_request(now, b_addr, self.msg.clone()).unwrap();
+                }
+            }
+        }
+        let mut moved = false;
+        while let Some(t) = self.b.poll_transmit(now, &mut self.buf) {
+            self.a.handle_datagram(now, b_addr, &self.buf[..t.len]);
+            moved = true;
+        }
+        moved
+    }
+
+    /// Nothing moved: the pacer holds the next packet back. Jump to when it
+    /// may go, plus `extra` ns, and run both endpoints' timers.
+    fn wait_for_pacer(&mut self, extra: u64) {
+        let t = self.a.poll_timeout().expect("sender has a deadline");
+        self.now = self.now.max(t) + extra;
+        self.a.handle_timeout(self.now);
+        self.b.handle_timeout(self.now);
+    }
+
+    fn data_packets(&self) -> u64 {
+        self.a.metrics().sent(homa_proto::wire::PacketType::Data)
+    }
 }
 
 /// One-way `size`-byte messages, `count` of them back to back; returns
 /// (ns per DATA packet, DATA packets).
 fn stream(checksum: bool, size: usize, count: u64) -> (f64, u64) {
-    let (mut a, mut b) = pair(checksum);
-    let (a_addr, b_addr) = addrs();
-    let mut buf = Vec::with_capacity(2048);
-    let msg = Bytes::from(vec![7u8; size]);
-    let mut now = 1_000u64;
-    let mut delivered = 0;
+    let (a, b) = pair(checksum);
     let start = Instant::now();
-    let mut id = a.send_request(now, b_addr, msg.clone()).unwrap();
-    while delivered < count {
+    let mut s = Stream::new(a, b, size, count);
+    while !s.done() {
         let mut moved = false;
-        while let Some(t) = a.poll_transmit(now, &mut buf) {
-            b.handle_datagram(now, a_addr, &buf[..t.len]);
+        while let Some(t) = s.a.poll_transmit(s.now, &mut s.buf) {
+            s.b.handle_datagram(s.now, s.a_addr, &s.buf[..t.len]);
             moved = true;
         }
-        moved |= receiver_turn(
-            &mut a,
-            &mut b,
-            now,
-            &mut buf,
-            b_addr,
-            &msg,
-            &mut id,
-            &mut delivered,
-            count,
-        );
-        if !moved {
-            // The pacer holds the next packet back: jump to when it may go.
-            let t = a.poll_timeout().expect("sender has a deadline");
-            now = now.max(t);
-            a.handle_timeout(now);
-            b.handle_timeout(now);
+        if !(s.receiver_turn() || moved) {
+            s.wait_for_pacer(0);
         }
     }
     let elapsed = start.elapsed().as_nanos() as f64;
-    let packets = a.metrics().sent(homa_proto::wire::PacketType::Data);
+    let packets = s.data_packets();
     (elapsed / packets as f64, packets)
 }
 
@@ -226,24 +247,19 @@ fn burst(checksum: bool, size: usize, count: u64) -> (f64, f64, f64) {
         max_nic_queue_ns: Some(20_000),
         ..Config::default()
     };
-    let mut a = Endpoint::new(cfg(5), 0).unwrap();
-    let mut b = Endpoint::new(cfg(9), 0).unwrap();
-    let (a_addr, b_addr) = addrs();
+    let a = Endpoint::new(cfg(5), 0).unwrap();
+    let b = Endpoint::new(cfg(9), 0).unwrap();
+    let mut s = Stream::new(a, b, size, count);
     let mut hdrs = Vec::with_capacity(64 * 64);
     let mut dgram = Vec::with_capacity(65_536);
-    let mut buf = Vec::with_capacity(2048);
-    let msg = Bytes::from(vec![7u8; size]);
-    let mut now = 1_000u64;
-    let mut delivered = 0;
     let (mut tx_ns, mut rx_ns) = (0u128, 0u128);
     let mut bursts = 0u64;
-    let mut id = a.send_request(now, b_addr, msg.clone()).unwrap();
-    while delivered < count {
+    while !s.done() {
         let mut moved = false;
         loop {
             hdrs.clear();
             let t0 = Instant::now();
-            let Some(burst) = a.poll_transmit_burst(now, 44, &mut hdrs) else {
+            let Some(burst) = s.a.poll_transmit_burst(s.now, 44, &mut hdrs) else {
                 break;
             };
             tx_ns += t0.elapsed().as_nanos();
@@ -259,31 +275,17 @@ fn burst(checksum: bool, size: usize, count: u64) -> (f64, f64, f64) {
                 0
             };
             let t1 = Instant::now();
-            b.handle_datagrams(now, a_addr, &dgram, seg);
+            s.b.handle_datagrams(s.now, s.a_addr, &dgram, seg);
             rx_ns += t1.elapsed().as_nanos();
             moved = true;
         }
-        moved |= receiver_turn(
-            &mut a,
-            &mut b,
-            now,
-            &mut buf,
-            b_addr,
-            &msg,
-            &mut id,
-            &mut delivered,
-            count,
-        );
-        if !moved {
-            let t = a.poll_timeout().expect("sender has a deadline");
+        if !(s.receiver_turn() || moved) {
             // Real time moves on while a GSO run is sent: jump by about one run
             // (44 packets at 100 Gbit/s), not just to the first packet's turn.
-            now = now.max(t) + 5_000;
-            a.handle_timeout(now);
-            b.handle_timeout(now);
+            s.wait_for_pacer(5_000);
         }
     }
-    let packets = a.metrics().sent(homa_proto::wire::PacketType::Data);
+    let packets = s.data_packets();
     (
         tx_ns as f64 / packets as f64,
         rx_ns as f64 / packets as f64,

@@ -75,11 +75,13 @@ fn serve(ep: &homa::Endpoint, served: &AtomicU64, fixed: Option<Bytes>) -> anyho
             Err(homa::Error::Shutdown) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
+        let (message, responder) = req.into_parts();
         let body = match &fixed {
             Some(b) => b.clone(),
-            None => Bytes::from(req.message().to_vec()),
+            // The echo shares the request's pool space: no copy.
+            None => message.into_bytes(),
         };
-        match req.reply(body) {
+        match responder.reply(body) {
             // The client gave up on this RPC meanwhile: nothing to answer.
             Ok(()) | Err(homa::Error::InvalidArgument(_)) => {}
             Err(homa::Error::Shutdown) => return Ok(()),

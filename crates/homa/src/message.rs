@@ -43,6 +43,18 @@ impl Message {
             _ => Cow::Owned(self.to_vec()),
         }
     }
+    /// The message as [`Bytes`](bytes::Bytes): without a copy when it is one
+    /// fragment (messages up to a pool page usually are), in which case its
+    /// pool space stays held until the last clone of the `Bytes` is dropped;
+    /// copied otherwise. Lets a server echo or forward what it received
+    /// (`reply(request.into_bytes())`) without copying the bytes.
+    pub fn into_bytes(self) -> bytes::Bytes {
+        if self.inner.contiguous().is_some() {
+            bytes::Bytes::from_owner(Contiguous(self.inner))
+        } else {
+            bytes::Bytes::from(self.to_vec())
+        }
+    }
     /// Copies the message into a new vector.
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len());
@@ -81,6 +93,21 @@ impl Message {
     }
 }
 
+/// A message known to be one fragment, as a `Bytes` owner.
+struct Contiguous(homa_proto::Message);
+
+impl AsRef<[u8]> for Contiguous {
+    fn as_ref(&self) -> &[u8] {
+        self.0.contiguous().unwrap_or(&[])
+    }
+}
+
+impl From<Message> for bytes::Bytes {
+    fn from(m: Message) -> bytes::Bytes {
+        m.into_bytes()
+    }
+}
+
 impl PartialEq<[u8]> for Message {
     fn eq(&self, other: &[u8]) -> bool {
         if self.len() != other.len() {
@@ -108,5 +135,53 @@ impl io::Read for MessageReader<'_> {
         let n = self.msg.copy_to(self.pos, buf);
         self.pos += n;
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use homa_proto::pool::Pool;
+
+    fn message(pool: &mut Pool, data: &[u8]) -> Message {
+        let a = pool.allocate(data.len()).unwrap();
+        pool.write(&a, 0, data);
+        Message::new(pool.into_message(a))
+    }
+
+    #[test]
+    fn into_bytes_shares_one_fragment_and_holds_its_space() {
+        let mut pool = Pool::new(4 << 16);
+        let data: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        let m = message(&mut pool, &data);
+        let at = m.fragments().next().unwrap().as_ptr();
+        let b = m.into_bytes();
+        assert_eq!(&b[..], &data[..]);
+        assert_eq!(b.as_ptr(), at, "one fragment must not be copied");
+        assert_eq!(pool.bpages_in_use(), 1);
+        let c = b.clone();
+        drop(b);
+        assert_eq!(pool.bpages_in_use(), 1, "a clone still holds the space");
+        drop(c);
+        assert_eq!(pool.bpages_in_use(), 0);
+    }
+
+    #[test]
+    fn into_bytes_copies_a_fragmented_message() {
+        let mut pool = Pool::new(8 << 16);
+        // Fill the current page partly so that a large message's tail lands
+        // apart from its whole pages.
+        let small = message(&mut pool, &[1; 100]);
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
+        let m = message(&mut pool, &data);
+        assert!(m.fragments().count() > 1);
+        let b = Bytes::from(m);
+        assert_eq!(&b[..], &data[..]);
+        assert_eq!(pool.bpages_in_use(), 1, "only the small message's page");
+        drop(small);
+        assert_eq!(b.len(), 200_000);
+        let empty = message(&mut pool, &[]).into_bytes();
+        assert!(empty.is_empty());
     }
 }

@@ -5,6 +5,7 @@ use crate::metrics::{DropReason, Metrics};
 use crate::peer::{PeerKey, Peers, ServerKey};
 use crate::pool::{Message, Pool};
 use crate::rpc::{OutMsg, Rpc, RpcKey, RpcState};
+use crate::sendbuf::{Outgoing, Payload, SendBuf};
 pub(crate) use crate::servers::ServerEntry;
 use crate::servers::ServerTable;
 use crate::srpt::SrptQueue;
@@ -79,6 +80,10 @@ pub enum SendError {
     UnknownRpc,
     #[error("the endpoint is shut down")]
     Shutdown,
+    #[error("the send buffer is still in flight (an earlier send has not finished with it)")]
+    BufferInFlight,
+    #[error("the send buffer has {segment}-byte segments; this endpoint sends {expected} bytes per packet")]
+    BufferLayout { segment: usize, expected: usize },
 }
 
 /// Sizes of an endpoint's tables, for tests and memory reports.
@@ -434,21 +439,16 @@ impl Endpoint {
         &mut self,
         now: Time,
         dest: SocketAddr,
-        request: Bytes,
+        request: impl Into<Outgoing>,
     ) -> Result<RpcId, SendError> {
         self.last_now = self.last_now.max(now);
         if self.shut_down {
             return Err(SendError::Shutdown);
         }
-        if request.len() > self.config.max_message_length as usize {
-            return Err(SendError::MessageTooLong {
-                len: request.len(),
-                max: self.config.max_message_length,
-            });
-        }
         if self.client_rpc_count >= self.config.max_client_rpcs {
             return Err(SendError::TooManyRpcs(self.config.max_client_rpcs));
         }
+        let request = self.payload(request.into())?;
         // Start loading the destination's index slot and the slab slot the
         // RPC will take, so that their misses overlap.
         self.peers.prefetch_find(&dest);
@@ -468,26 +468,55 @@ impl Endpoint {
         Ok(RpcId(id))
     }
 
+    /// A send buffer of `len` bytes laid out for this endpoint's packets, so
+    /// that sending it needs no gather copy (see [`SendBuf`]).
+    pub fn new_send_buf(&self, len: usize) -> SendBuf {
+        SendBuf::new(len, self.data_per_packet as usize)
+    }
+
+    /// Checks an application's message and takes it for sending.
+    fn payload(&self, msg: Outgoing) -> Result<Payload, SendError> {
+        let max = self.config.max_message_length;
+        if msg.len() > max as usize {
+            return Err(SendError::MessageTooLong {
+                len: msg.len(),
+                max,
+            });
+        }
+        match msg {
+            Outgoing::Bytes(b) => Ok(Payload::Bytes(b)),
+            Outgoing::Buf(b) => {
+                if b.segment() != self.data_per_packet as usize {
+                    return Err(SendError::BufferLayout {
+                        segment: b.segment(),
+                        expected: self.data_per_packet as usize,
+                    });
+                }
+                b.lease()
+                    .map(Payload::Buf)
+                    .map_err(|_| SendError::BufferInFlight)
+            }
+        }
+    }
+
     /// Answers a request delivered by [`Event::Request`].
     pub fn send_response(
         &mut self,
         now: Time,
         rpc: ServerRpc,
-        response: Bytes,
+        response: impl Into<Outgoing>,
     ) -> Result<(), SendError> {
         self.last_now = self.last_now.max(now);
         if self.shut_down {
             return Err(SendError::Shutdown);
         }
-        if response.len() > self.config.max_message_length as usize {
-            return Err(SendError::MessageTooLong {
-                len: response.len(),
-                max: self.config.max_message_length,
-            });
-        }
         let Some(key) = self.server_rpc(rpc) else {
             return Err(SendError::UnknownRpc);
         };
+        if self.rpcs[key as usize].as_ref().unwrap().state != RpcState::ServerInService {
+            return Err(SendError::UnknownRpc);
+        }
+        let response = self.payload(response.into())?;
         let pk = self.rpcs[key as usize].as_ref().unwrap().peer_key;
         let unsched_priority = self.peers.unsched_priority(pk, response.len() as u32);
         let r = self.rpcs[key as usize].as_mut().unwrap();

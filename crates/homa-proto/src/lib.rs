@@ -54,6 +54,7 @@ mod outgoing;
 mod peer;
 pub mod pool;
 mod rpc;
+pub mod sendbuf;
 mod servers;
 mod srpt;
 mod table;
@@ -67,3 +68,4 @@ pub use endpoint::{
 pub use metrics::{DropReason, Metrics};
 pub use outgoing::Burst;
 pub use pool::{Message, BPAGE_SIZE};
+pub use sendbuf::{Outgoing, SendBuf, SendBufError};

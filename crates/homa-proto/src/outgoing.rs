@@ -5,6 +5,7 @@ use crate::endpoint::{ControlBody, Endpoint, Time, Transmit};
 use crate::metrics::DropReason;
 use crate::peer::PeerKey;
 use crate::rpc::{OutMsg, RpcKey};
+use crate::sendbuf::SENDBUF_HEAD;
 use crate::wire::{self, Body, CommonHeader, DataHeader, PacketType};
 use std::net::SocketAddr;
 
@@ -12,6 +13,11 @@ use std::net::SocketAddr;
 /// to `dest` at `priority`, whose headers (`header_len` bytes each) are in the
 /// caller's buffer back to back and whose payloads are consecutive
 /// `segment`-byte pieces of `payload` (the last piece may be shorter).
+///
+/// With `header_len` 0 the packets come from a [`crate::SendBuf`]: their
+/// headers are already in place, `payload` holds the whole packets back to
+/// back and `segment` is a whole packet's length, so the run can be sent
+/// as it is, without a gather copy.
 #[derive(Clone, Debug)]
 pub struct Burst {
     pub dest: SocketAddr,
@@ -216,17 +222,25 @@ impl Endpoint {
         let Some(key) = self.burst_key.take() else {
             return Some(burst);
         };
+        // Headers written into a send buffer (none in `buf`): the payload
+        // handle holds whole packets, header room included.
+        let head_in_payload = if burst.header_len == 0 {
+            SENDBUF_HEAD
+        } else {
+            0
+        };
+        let first_payload = burst.segment - head_in_payload;
         let start = {
             let out = self.out_msg(key);
             // The first packet ended at next_offset; it began one packet earlier.
-            out.next_offset as usize - burst.segment
+            out.next_offset as usize - first_payload
         };
         // Only full packets may be followed (GSO: every segment but the last
         // has the same size).
         // A run also ends where the message's unscheduled bytes do: the
         // packets after it go at the granted priority.
         while burst.count < max_packets
-            && burst.segment == self.data_per_packet as usize
+            && first_payload == self.data_per_packet as usize
             && self.burst_continues(now, key)
             && {
                 let out = self.out_msg(key);
@@ -237,13 +251,19 @@ impl Endpoint {
             debug_assert_eq!(t.dest, burst.dest);
             debug_assert_eq!(t.priority, burst.priority);
             burst.count += 1;
-            if t.len - burst.header_len < self.data_per_packet as usize {
+            if t.len - burst.header_len - head_in_payload < self.data_per_packet as usize {
                 break;
             }
         }
         if burst.count > 1 {
             let out = self.out_msg(key);
-            burst.payload = out.data.slice(start..out.next_offset as usize);
+            burst.payload = match out.data.lease() {
+                Some(lease) if head_in_payload > 0 => {
+                    let k = start / self.data_per_packet as usize;
+                    lease.run(k, k + burst.count)
+                }
+                _ => out.data.bytes(start, out.next_offset as usize),
+            };
         }
         Some(burst)
     }
@@ -307,7 +327,13 @@ impl Endpoint {
     ) -> Transmit {
         let rpc = self.rpcs[key as usize].as_ref().unwrap();
         let out = rpc.out.as_ref().unwrap();
-        let end = (offset + self.data_per_packet).min(limit);
+        let dpp = self.data_per_packet;
+        let mut end = (offset + dpp).min(limit);
+        if out.data.lease().is_some() {
+            // A send buffer's packets are its segments: never cross one.
+            let boundary = (offset as u64 / dpp as u64 + 1) * dpp as u64;
+            end = end.min(boundary.min(u32::MAX as u64) as u32);
+        }
         let retransmit = priority.is_some();
         let priority = priority.unwrap_or_else(|| new_data_priority(out, offset));
         let (dest, is_client, id) = (rpc.peer, rpc.is_client, rpc.id);
@@ -334,9 +360,29 @@ impl Endpoint {
             cutoff_version,
             ack,
         };
-        let payload = &out.data[offset as usize..end as usize];
+        let payload = out.data.slice(offset as usize, end as usize);
         let body = Body::Data { header, payload };
-        let len = if headers_only {
+        // A first transmission from a send buffer, for a driver that takes
+        // headers apart from payload: the header goes into the buffer's room
+        // before the payload, and the packet leaves as one slice of it.
+        let in_place = match out.data.lease() {
+            Some(lease) if !retransmit && (headers_only || self.split_mode) => {
+                debug_assert_eq!(offset % dpp, 0, "first transmissions are whole packets");
+                let before = buf.len();
+                wire::encode_headers(buf, &common, &body, self.config.checksum);
+                let k = (offset / dpp) as usize;
+                lease.write_header(k, &buf[before..]);
+                buf.truncate(before);
+                if !headers_only {
+                    self.split_payload = Some(lease.run(k, k + 1));
+                }
+                true
+            }
+            _ => false,
+        };
+        let len = if in_place {
+            SENDBUF_HEAD + payload.len()
+        } else if headers_only {
             // A later packet of a burst: its payload is part of the burst's.
             let before = buf.len();
             wire::encode_headers(buf, &common, &body, self.config.checksum);
@@ -344,7 +390,7 @@ impl Endpoint {
         } else if self.split_mode {
             wire::encode_headers(buf, &common, &body, self.config.checksum);
             let len = buf.len() + payload.len();
-            self.split_payload = Some(out.data.slice(offset as usize..end as usize));
+            self.split_payload = Some(out.data.bytes(offset as usize, end as usize));
             len
         } else {
             wire::encode(buf, &common, &body, self.config.checksum);
@@ -520,21 +566,32 @@ mod tests {
 
     type Datagram = (SocketAddr, u8, Vec<u8>);
 
-    fn endpoint(cfg: &Config) -> Endpoint {
+    /// An endpoint with four requests queued, given as `Bytes` or (`framed`)
+    /// as send buffers.
+    fn endpoint(cfg: &Config, framed: bool) -> Endpoint {
         let mut ep = Endpoint::new(cfg.clone(), 0).unwrap();
         let p1: SocketAddr = "10.0.0.2:4000".parse().unwrap();
         let p2: SocketAddr = "10.0.0.3:4000".parse().unwrap();
-        let body = |n: usize| Bytes::from((0..n).map(|i| (i * 7 % 251) as u8).collect::<Vec<_>>());
-        ep.send_request(0, p1, body(500_000)).unwrap();
-        ep.send_request(0, p2, body(3_000)).unwrap();
-        ep.send_request(0, p1, body(200_000)).unwrap();
-        ep.send_request(0, p2, body(0)).unwrap();
+        for (peer, n) in [(p1, 500_000), (p2, 3_000), (p1, 200_000), (p2, 0)] {
+            let body: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+            if framed {
+                let mut b = ep.new_send_buf(n);
+                b.write(0, &body).unwrap();
+                ep.send_request(0, peer, b).unwrap();
+            } else {
+                ep.send_request(0, peer, Bytes::from(body)).unwrap();
+            }
+        }
         ep
     }
 
     /// Every datagram sent over `steps` time steps, polled one at a time.
     fn one_by_one(cfg: &Config, steps: u64) -> Vec<Datagram> {
-        let mut ep = endpoint(cfg);
+        one_by_one_of(cfg, steps, false)
+    }
+
+    fn one_by_one_of(cfg: &Config, steps: u64, framed: bool) -> Vec<Datagram> {
+        let mut ep = endpoint(cfg, framed);
         let mut out = Vec::new();
         let mut buf = Vec::new();
         for step in 0..steps {
@@ -549,7 +606,11 @@ mod tests {
     /// The same, polled in bursts of at most `max`; also returns how many
     /// bursts carried more than one packet.
     fn in_bursts(cfg: &Config, steps: u64, max: usize) -> (Vec<Datagram>, usize) {
-        let mut ep = endpoint(cfg);
+        in_bursts_of(cfg, steps, max, false)
+    }
+
+    fn in_bursts_of(cfg: &Config, steps: u64, max: usize, framed: bool) -> (Vec<Datagram>, usize) {
+        let mut ep = endpoint(cfg, framed);
         let mut out = Vec::new();
         let mut buf = Vec::new();
         let mut multi = 0;
@@ -558,6 +619,10 @@ mod tests {
             while let Some(b) = ep.poll_transmit_burst(now, max, &mut buf) {
                 assert!(b.count >= 1 && b.count <= max);
                 assert_eq!(buf.len(), b.count * b.header_len);
+                // Framed: a run's headers are in place, in its payload.
+                if framed && b.count > 1 {
+                    assert_eq!(b.header_len, 0);
+                }
                 multi += (b.count > 1) as usize;
                 for i in 0..b.count {
                     let mut d = buf[i * b.header_len..(i + 1) * b.header_len].to_vec();
@@ -597,6 +662,112 @@ mod tests {
             }
             assert!(single.len() > 40, "{}", single.len());
         }
+    }
+
+    #[test]
+    fn send_buffers_send_exactly_what_plain_messages_send() {
+        for (queue_ns, checksum) in [(None, true), (Some(20_000), true), (Some(200_000), false)] {
+            let cfg = Config {
+                max_nic_queue_ns: queue_ns,
+                checksum,
+                ..Config::default()
+            };
+            let single = one_by_one(&cfg, 2_000);
+            assert!(
+                one_by_one_of(&cfg, 2_000, true) == single,
+                "{queue_ns:?} single"
+            );
+            for max in [1, 2, 7, 64] {
+                let (framed, multi) = in_bursts_of(&cfg, 2_000, max, true);
+                assert_eq!(framed.len(), single.len(), "{queue_ns:?} max {max}");
+                assert!(framed == single, "{queue_ns:?} {checksum} max {max}");
+                if max > 1 && queue_ns.is_some() {
+                    assert!(multi > 0, "no multi-packet burst with {queue_ns:?}");
+                }
+            }
+        }
+    }
+
+    /// A send buffer over a lossy exchange: every 7th datagram `a` sends is
+    /// lost, so parts go again as retransmissions (the ordinary path, a
+    /// header plus a payload slice of the buffer). The request arrives
+    /// intact, and the buffer is free again once the RPC is over.
+    #[test]
+    fn send_buffer_survives_loss_and_is_released() {
+        let cfg = Config {
+            max_nic_queue_ns: Some(20_000),
+            ..Config::default()
+        };
+        let mut a = Endpoint::new(
+            Config {
+                rpc_id_seed: 3,
+                ..cfg.clone()
+            },
+            0,
+        )
+        .unwrap();
+        let mut b = Endpoint::new(
+            Config {
+                rpc_id_seed: 9,
+                ..cfg
+            },
+            0,
+        )
+        .unwrap();
+        let (a_addr, b_addr): (SocketAddr, SocketAddr) =
+            ("10.0.0.1:1".parse().unwrap(), "10.0.0.2:1".parse().unwrap());
+        let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let mut sb = a.new_send_buf(body.len());
+        sb.write(0, &body).unwrap();
+        let id = a.send_request(0, b_addr, sb.clone()).unwrap();
+        assert!(sb.in_flight());
+        assert!(matches!(
+            a.send_request(0, b_addr, sb.clone()),
+            Err(crate::SendError::BufferInFlight)
+        ));
+        let (mut buf, mut sent, mut retransmitted) = (Vec::new(), 0u64, 0u64);
+        let mut got_request = false;
+        let mut response = None;
+        for step in 0..20_000u64 {
+            let now = step * 5_000;
+            for ep in [&mut a, &mut b] {
+                if ep.poll_timeout().is_some_and(|t| t <= now) {
+                    ep.handle_timeout(now);
+                }
+            }
+            while let Some(t) = a.poll_transmit_burst(now, 64, &mut buf) {
+                for i in 0..t.count {
+                    let mut d = buf[i * t.header_len..][..t.header_len].to_vec();
+                    d.extend_from_slice(t.payload_of(i));
+                    sent += 1;
+                    retransmitted += (d[2] & 0x02 != 0) as u64;
+                    if sent % 7 != 0 {
+                        b.handle_datagram(now, a_addr, &d);
+                    }
+                }
+            }
+            while let Some(ev) = b.poll_event() {
+                if let crate::Event::Request { rpc, message } = ev {
+                    assert!(message.to_vec() == body, "request corrupted");
+                    got_request = true;
+                    b.send_response(now, rpc, Bytes::from_static(b"ok"))
+                        .unwrap();
+                }
+            }
+            while let Some(t) = b.poll_transmit(now, &mut buf) {
+                a.handle_datagram(now, b_addr, &buf[..t.len]);
+            }
+            if let Some(crate::Event::Response { id: got, message }) = a.poll_event() {
+                assert_eq!(got, id);
+                response = Some(message.to_vec());
+                break;
+            }
+        }
+        assert!(got_request);
+        assert_eq!(response.as_deref(), Some(&b"ok"[..]));
+        assert!(retransmitted > 0, "loss must cause retransmissions");
+        assert!(!sb.in_flight(), "the finished RPC must release its buffer");
+        sb.write(0, &[1, 2, 3]).unwrap();
     }
 
     /// (priority, datagram) of every packet `a` sends of a 300 KB request

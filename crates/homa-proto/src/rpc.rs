@@ -3,7 +3,7 @@
 use crate::endpoint::Time;
 use crate::peer::PeerKey;
 use crate::pool::Allocation;
-use bytes::Bytes;
+use crate::sendbuf::Payload;
 use smallvec::SmallVec;
 use std::net::SocketAddr;
 
@@ -30,7 +30,7 @@ pub(crate) enum RpcState {
 
 /// A message being sent.
 pub(crate) struct OutMsg {
-    pub data: Bytes,
+    pub data: Payload,
     pub len: u32,
     /// Bytes sent without a grant.
     pub unsched: u32,
@@ -51,7 +51,7 @@ pub(crate) struct OutMsg {
 }
 
 impl OutMsg {
-    pub fn new(data: Bytes, unsched: u32, unsched_priority: u8) -> OutMsg {
+    pub fn new(data: Payload, unsched: u32, unsched_priority: u8) -> OutMsg {
         let len = data.len() as u32;
         let unsched = unsched.min(len);
         OutMsg {

@@ -393,7 +393,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             })
         }
         PacketType::Ack => {
-            if body.len() % 8 != 0 || body.len() > 8 * MAX_ACKS_PER_PACKET {
+            if !body.len().is_multiple_of(8) || body.len() > 8 * MAX_ACKS_PER_PACKET {
                 return Err(DecodeError::BadAckList(body.len()));
             }
             Packet::Ack(AckList { raw: body })

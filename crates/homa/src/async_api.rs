@@ -10,7 +10,7 @@ use crate::endpoint::{Endpoint, PendingRpc, Request, Response, Shared};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::wait::{WaitQueue, Waiter};
-use bytes::Bytes;
+use homa_proto::Outgoing;
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -37,7 +37,11 @@ impl Endpoint {
     /// assert_eq!(reply?.to_vec(), b"ho");
     /// # Ok(()) }
     /// ```
-    pub async fn call_async(&self, peer: SocketAddr, request: impl Into<Bytes>) -> Result<Message> {
+    pub async fn call_async(
+        &self,
+        peer: SocketAddr,
+        request: impl Into<Outgoing>,
+    ) -> Result<Message> {
         self.send_request(peer, request)?.await
     }
 
@@ -45,7 +49,7 @@ impl Endpoint {
     pub async fn call_timeout_async(
         &self,
         peer: SocketAddr,
-        request: impl Into<Bytes>,
+        request: impl Into<Outgoing>,
         timeout: Duration,
     ) -> Result<Message> {
         let fut = self.send_request(peer, request)?.into_future();

@@ -60,6 +60,14 @@ impl Error {
                 "no such request awaits a reply (answered, or abandoned by its client)".into(),
             ),
             SendError::Shutdown => Error::Shutdown,
+            SendError::BufferInFlight => Error::InvalidArgument(
+                "the send buffer is still in flight (an earlier RPC has not finished with it)"
+                    .into(),
+            ),
+            SendError::BufferLayout { segment, expected } => Error::InvalidArgument(format!(
+                "the send buffer has {segment}-byte segments; this endpoint sends {expected} \
+                 bytes per packet (make it with Endpoint::new_send_buf)"
+            )),
         }
     }
     pub(crate) fn from_rpc(e: RpcError, max_len: usize) -> Error {
@@ -100,6 +108,10 @@ mod tests {
         assert!(matches!(
             Error::from_rpc(RpcError::ResponseTooLong, 9),
             Error::MessageTooLong { max: 9, .. }
+        ));
+        assert!(matches!(
+            Error::from_send(SendError::BufferInFlight),
+            Error::InvalidArgument(_)
         ));
         assert!(Error::Timeout.is_transient());
         assert!(!Error::Shutdown.is_transient());

@@ -50,4 +50,7 @@ pub use message::{Message, MessageReader};
 pub use socket::{FaultInjector, SocketStats};
 
 /// The engine's types that appear in this API.
-pub use homa_proto::{Config as EngineConfig, DropReason, EndpointStats, Metrics, RpcId};
+pub use homa_proto::{
+    Config as EngineConfig, DropReason, EndpointStats, Metrics, Outgoing, RpcId, SendBuf,
+    SendBufError,
+};

@@ -541,6 +541,8 @@ pub(crate) struct TxQueue {
     staging: Vec<u8>,
     /// Length of the address in `names[0]` for a lone `sendto`.
     lone_namelen: libc::socklen_t,
+    /// The lone packet's bytes (in `staging` or in a queued payload).
+    lone: (*const u8, usize),
 }
 
 // SAFETY: as for RxBatch, the pointers refer only to the struct's own vectors.
@@ -565,6 +567,7 @@ impl TxQueue {
             groups: Vec::with_capacity(TX_MAX_MSGS),
             staging: Vec::new(),
             lone_namelen: 0,
+            lone: (std::ptr::null(), 0),
         }
     }
     /// Packets queued and not yet sent.
@@ -678,8 +681,8 @@ impl TxQueue {
                     let n = libc::syscall(
                         libc::SYS_sendto,
                         sock.fd(),
-                        self.staging.as_ptr(),
-                        self.staging.len(),
+                        self.lone.0,
+                        self.lone.1,
                         0,
                         &self.names[0] as *const libc::sockaddr_storage,
                         self.lone_namelen,
@@ -762,12 +765,32 @@ impl TxQueue {
         FlushOutcome::Done
     }
 
-    /// Prepares the packet at `head` for `sendto`: its bytes in `staging`,
-    /// its destination in `names[0]` (no message header, no cmsg).
+    /// Packets `[a, b)` as one slice, if they are consecutive whole packets
+    /// of one send buffer (headers in place): sent from there, no gather.
+    fn in_place_run(&self, a: usize, b: usize) -> Option<&[u8]> {
+        let first = self.meta[a];
+        let mut end = first.pay_at as usize;
+        for m in &self.meta[a..b] {
+            if m.head_len != 0 || m.payload != first.payload || m.pay_at as usize != end {
+                return None;
+            }
+            end += m.len;
+        }
+        Some(&self.payloads[first.payload as usize][first.pay_at as usize..end])
+    }
+
+    /// Prepares the packet at `head` for `sendto`: its bytes in `lone`
+    /// (in `staging`, or in place in a send buffer), its destination in
+    /// `names[0]` (no message header, no cmsg).
     fn build_lone(&mut self, sock: &UdpSocket) {
         let m = self.meta[self.head];
         self.groups.clear();
         self.groups.push((self.head, self.head + 1));
+        self.lone_namelen = write_sockaddr(&m.dest, sock.is_v6(), &mut self.names[0]);
+        if let Some(run) = self.in_place_run(self.head, self.head + 1) {
+            self.lone = (run.as_ptr(), run.len());
+            return;
+        }
         self.staging.clear();
         let head_len = m.head_len as usize;
         self.staging
@@ -778,7 +801,7 @@ impl TxQueue {
                 &self.payloads[m.payload as usize][m.pay_at as usize..][..pay_len],
             );
         }
-        self.lone_namelen = write_sockaddr(&m.dest, sock.is_v6(), &mut self.names[0]);
+        self.lone = (self.staging.as_ptr(), self.staging.len());
     }
 
     /// Fills the sendmmsg headers with up to `max_groups` groups of queued
@@ -816,8 +839,16 @@ impl TxQueue {
         // so growing it meanwhile is harmless; one full queue fits at once).
         self.staging.clear();
         self.staging.reserve(self.capacity * self.packet_size);
+        // (start in staging, length), or for a run already laid out as
+        // packets in a send buffer, (address, length) with `direct` set.
         let mut spans = [(0usize, 0usize); TX_MAX_MSGS];
+        let mut direct = [false; TX_MAX_MSGS];
         for (g, &(a, b)) in self.groups.iter().enumerate() {
+            if let Some(run) = self.in_place_run(a, b) {
+                spans[g] = (run.as_ptr() as usize, run.len());
+                direct[g] = true;
+                continue;
+            }
             let start = self.staging.len();
             for m in &self.meta[a..b] {
                 let head_len = m.head_len as usize;
@@ -831,9 +862,15 @@ impl TxQueue {
             }
             spans[g] = (start, self.staging.len() - start);
         }
-        for &(start, len) in &spans[..self.groups.len()] {
+        for (g, &(start, len)) in spans[..self.groups.len()].iter().enumerate() {
+            let base = if direct[g] {
+                // The kernel only reads it; `payloads` keeps it alive.
+                start as *mut libc::c_void
+            } else {
+                self.staging[start..].as_mut_ptr() as *mut libc::c_void
+            };
             self.iovs.push(libc::iovec {
-                iov_base: self.staging[start..].as_mut_ptr() as *mut libc::c_void,
+                iov_base: base,
                 iov_len: len,
             });
         }

@@ -187,6 +187,8 @@ pub struct Endpoint {
     pub(crate) unsched_bytes: u32,
     pub(crate) grant_window: u32,
     pub(crate) data_per_packet: u32,
+    /// (datagram length, its wire time) of the last packet accounted.
+    pub(crate) wire_memo: (usize, u64),
     /// A client RPC's id is `seq << key_bits | key`, its slab key in the low
     /// bits: a response finds its RPC by indexing the slab and comparing the
     /// id, no hash table. `key_bits` covers every key the slab can reach
@@ -288,6 +290,7 @@ impl Endpoint {
             max_incoming: config.effective_max_incoming(),
             max_nic_queue_ns: config.effective_max_nic_queue_ns(),
             data_per_packet: config.max_data_per_packet() as u32,
+            wire_memo: (usize::MAX, 0),
             my_cutoffs,
             top_priority: levels - 1,
             sched_levels: (levels - unsched_levels).max(1),

@@ -303,7 +303,16 @@ impl Endpoint {
     ) -> Transmit {
         self.metrics.packets_sent[ptype.index()] += 1;
         self.metrics.bytes_sent += len as u64;
-        self.nic_idle_at = self.nic_idle_at.max(now) + self.config.wire_time_ns(len);
+        // Most packets have the length of the previous one (full DATA
+        // packets): reuse its wire time instead of a 64-bit division.
+        let wire = if self.wire_memo.0 == len {
+            self.wire_memo.1
+        } else {
+            let w = self.config.wire_time_ns(len);
+            self.wire_memo = (len, w);
+            w
+        };
+        self.nic_idle_at = self.nic_idle_at.max(now) + wire;
         Transmit {
             dest,
             priority,

@@ -541,6 +541,10 @@ pub(crate) struct TxQueue {
     staging: Vec<u8>,
     /// Length of the address in `names[0]` for a lone `sendto`.
     lone_namelen: libc::socklen_t,
+    /// Scratch of `build`: each group's iovecs as (in place, address or
+    /// staging offset, length), and each group's range of them.
+    pieces: Vec<(bool, usize, usize)>,
+    group_pieces: Vec<(usize, usize)>,
     /// The lone packet's bytes (in `staging` or in a queued payload).
     lone: (*const u8, usize),
 }
@@ -562,7 +566,9 @@ impl TxQueue {
             packet_size,
             names: vec![unsafe { mem::zeroed() }; TX_MAX_MSGS],
             ctrl: vec![[0u64; 8]; TX_MAX_MSGS],
-            iovs: Vec::with_capacity(TX_MAX_MSGS),
+            iovs: Vec::with_capacity(capacity),
+            pieces: Vec::with_capacity(capacity),
+            group_pieces: Vec::with_capacity(TX_MAX_MSGS),
             hdrs: vec![unsafe { mem::zeroed() }; TX_MAX_MSGS],
             groups: Vec::with_capacity(TX_MAX_MSGS),
             staging: Vec::new(),
@@ -834,40 +840,51 @@ impl TxQueue {
             self.groups.push((i, j));
             i = j;
         }
-        // Gather every group into the staging buffer first, then point one
-        // iovec at each group (pointers are taken only once it is complete,
-        // so growing it meanwhile is harmless; one full queue fits at once).
+        // Each group becomes as few iovecs as possible: packets whose headers
+        // sit in place in a send buffer are sent from there (consecutive runs
+        // of one buffer are adjacent in memory and merge), the others are
+        // gathered, headers and payload back to back, into the staging
+        // buffer. Pointers into staging are taken only once it is complete
+        // (one full queue fits without growing it).
         self.staging.clear();
         self.staging.reserve(self.capacity * self.packet_size);
-        // (start in staging, length), or for a run already laid out as
-        // packets in a send buffer, (address, length) with `direct` set.
-        let mut spans = [(0usize, 0usize); TX_MAX_MSGS];
-        let mut direct = [false; TX_MAX_MSGS];
-        for (g, &(a, b)) in self.groups.iter().enumerate() {
-            if let Some(run) = self.in_place_run(a, b) {
-                spans[g] = (run.as_ptr() as usize, run.len());
-                direct[g] = true;
-                continue;
-            }
-            let start = self.staging.len();
+        // (in place, address or staging offset, length)
+        self.pieces.clear();
+        self.group_pieces.clear();
+        for &(a, b) in &self.groups {
+            let first_piece = self.pieces.len();
             for m in &self.meta[a..b] {
                 let head_len = m.head_len as usize;
-                let head = &self.bufs[m.buf as usize][m.head_at as usize..][..head_len];
-                self.staging.extend_from_slice(head);
-                let pay_len = m.len - head_len;
-                if pay_len > 0 {
-                    let p = &self.payloads[m.payload as usize][m.pay_at as usize..][..pay_len];
-                    self.staging.extend_from_slice(p);
+                let (direct, at) = if head_len == 0 {
+                    let p = &self.payloads[m.payload as usize][m.pay_at as usize..][..m.len];
+                    (true, p.as_ptr() as usize)
+                } else {
+                    let start = self.staging.len();
+                    let head = &self.bufs[m.buf as usize][m.head_at as usize..][..head_len];
+                    self.staging.extend_from_slice(head);
+                    let pay_len = m.len - head_len;
+                    if pay_len > 0 {
+                        let p = &self.payloads[m.payload as usize][m.pay_at as usize..][..pay_len];
+                        self.staging.extend_from_slice(p);
+                    }
+                    (false, start)
+                };
+                let in_group = self.pieces.len() > first_piece;
+                match self.pieces.last_mut() {
+                    Some(last) if in_group && last.0 == direct && last.1 + last.2 == at => {
+                        last.2 += m.len
+                    }
+                    _ => self.pieces.push((direct, at, m.len)),
                 }
             }
-            spans[g] = (start, self.staging.len() - start);
+            self.group_pieces.push((first_piece, self.pieces.len()));
         }
-        for (g, &(start, len)) in spans[..self.groups.len()].iter().enumerate() {
-            let base = if direct[g] {
+        for &(direct, at, len) in &self.pieces {
+            let base = if direct {
                 // The kernel only reads it; `payloads` keeps it alive.
-                start as *mut libc::c_void
+                at as *mut libc::c_void
             } else {
-                self.staging[start..].as_mut_ptr() as *mut libc::c_void
+                self.staging[at..].as_mut_ptr() as *mut libc::c_void
             };
             self.iovs.push(libc::iovec {
                 iov_base: base,
@@ -883,8 +900,9 @@ impl TxQueue {
             h.msg_len = 0;
             h.msg_hdr.msg_name = &mut self.names[g] as *mut _ as *mut libc::c_void;
             h.msg_hdr.msg_namelen = namelen;
-            h.msg_hdr.msg_iov = &mut self.iovs[g];
-            h.msg_hdr.msg_iovlen = 1;
+            let (p0, p1) = self.group_pieces[g];
+            h.msg_hdr.msg_iov = &mut self.iovs[p0];
+            h.msg_hdr.msg_iovlen = p1 - p0;
             h.msg_hdr.msg_flags = 0;
             h.msg_hdr.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
             h.msg_hdr.msg_controllen = mem::size_of::<Ctrl>();

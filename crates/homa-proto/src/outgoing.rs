@@ -338,9 +338,11 @@ impl Endpoint {
         let out = rpc.out.as_ref().unwrap();
         let dpp = self.data_per_packet;
         let mut end = (offset + dpp).min(limit);
-        if out.data.lease().is_some() {
-            // A send buffer's packets are its segments: never cross one.
-            let boundary = (offset as u64 / dpp as u64 + 1) * dpp as u64;
+        // The packet's index in a send buffer, whose packets are its
+        // segments: never cross one.
+        let k = out.data.lease().map(|_| offset / dpp);
+        if let Some(k) = k {
+            let boundary = (k as u64 + 1) * dpp as u64;
             end = end.min(boundary.min(u32::MAX as u64) as u32);
         }
         let retransmit = priority.is_some();
@@ -379,7 +381,7 @@ impl Endpoint {
                 debug_assert_eq!(offset % dpp, 0, "first transmissions are whole packets");
                 let before = buf.len();
                 wire::encode_headers(buf, &common, &body, self.config.checksum);
-                let k = (offset / dpp) as usize;
+                let k = k.expect("a buffer's packet index") as usize;
                 lease.write_header(k, &buf[before..]);
                 buf.truncate(before);
                 if !headers_only {

@@ -44,6 +44,8 @@ struct Inner {
     len: usize,
     /// Payload bytes per packet.
     segment: usize,
+    /// Packets (a zero-length message still takes one).
+    packets: usize,
     /// Engine lease (1) plus packet runs handed to the driver.
     holds: AtomicUsize,
 }
@@ -102,6 +104,7 @@ impl SendBuf {
                 total,
                 len,
                 segment,
+                packets,
                 holds: AtomicUsize::new(0),
             }),
         }
@@ -130,7 +133,7 @@ impl SendBuf {
 
     /// Number of packets (a zero-length message still takes one).
     pub fn packets(&self) -> usize {
-        self.inner.len.div_ceil(self.inner.segment).max(1)
+        self.inner.packets
     }
 
     /// Whether an engine holds the buffer for sending, or the driver still
@@ -202,19 +205,16 @@ impl SendBuf {
 
     /// Message bytes `[start, end)`, which must lie within one segment.
     pub(crate) fn payload(&self, start: usize, end: usize) -> &[u8] {
+        // Once per packet sent: one division.
+        let seg = self.inner.segment;
+        let k = (start / seg).min(self.inner.packets - 1);
         assert!(
-            start <= end && end <= self.inner.len,
-            "payload range {start}..{end} of a {}-byte message",
+            start <= end && end <= self.inner.len && (end == start || end <= (k + 1) * seg),
+            "payload range {start}..{end} of a {}-byte message crosses a packet boundary \
+             or the end",
             self.inner.len
         );
-        let at = self.position(start);
-        if end > start {
-            assert_eq!(
-                start / self.inner.segment,
-                (end - 1) / self.inner.segment,
-                "payload range {start}..{end} crosses a packet boundary"
-            );
-        }
+        let at = self.packet_start(k) + SENDBUF_HEAD + (start - k * seg);
         // SAFETY: inside the buffer (checked above); payload bytes are
         // written only through a unique handle, which cannot coexist with
         // `&self` on another handle, nor with this borrow.

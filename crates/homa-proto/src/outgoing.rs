@@ -379,11 +379,12 @@ impl Endpoint {
         let in_place = match out.data.lease() {
             Some(lease) if !retransmit && (headers_only || self.split_mode) => {
                 debug_assert_eq!(offset % dpp, 0, "first transmissions are whole packets");
-                let before = buf.len();
-                wire::encode_headers(buf, &common, &body, self.config.checksum);
+                let mut words = wire::data_header_words(&common, &header);
+                if self.config.checksum {
+                    wire::checksum_header_words(&mut words, payload);
+                }
                 let k = k.expect("a buffer's packet index") as usize;
-                lease.write_header(k, &buf[before..]);
-                buf.truncate(before);
+                lease.write_header(k, &words);
                 if !headers_only {
                     self.split_payload = Some(lease.run(k, k + 1));
                 }

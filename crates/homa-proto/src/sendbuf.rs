@@ -250,9 +250,10 @@ impl Lease {
         &self.buf
     }
 
-    /// Writes the header of packet `k` into its room.
-    pub(crate) fn write_header(&self, k: usize, header: &[u8]) {
-        assert!(k < self.buf.packets() && header.len() == SENDBUF_HEAD);
+    /// Writes the header of packet `k` (as [`crate::wire::data_header_words`])
+    /// into its room.
+    pub(crate) fn write_header(&self, k: usize, words: &[u64; 7]) {
+        assert!(k < self.buf.packets());
         let at = self.buf.packet_start(k);
         // A buffer reused after a while is out of the cache: start loading
         // the header room a few packets ahead so that those writes do not
@@ -263,13 +264,7 @@ impl Lease {
         // nobody holds a reference into it: driver runs are `Bytes` that
         // form slices only while the driver sends them, under the same
         // single-threaded engine ownership that calls this.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                header.as_ptr(),
-                self.buf.inner.ptr.as_ptr().add(at),
-                SENDBUF_HEAD,
-            );
-        }
+        unsafe { crate::wire::store_header_words(self.buf.inner.ptr.as_ptr().add(at), words) };
     }
 
     /// Packets `[first, last)` with their headers, as one `Bytes` that keeps
@@ -457,7 +452,7 @@ mod tests {
         assert!(b.clone().lease().is_err(), "one lease at a time");
         assert_eq!(b.write(0, &[1]), Err(SendBufError::Shared));
         for k in 0..3 {
-            lease.write_header(k, &[k as u8 + 1; SENDBUF_HEAD]);
+            lease.write_header(k, &[u64::from_le_bytes([k as u8 + 1; 8]); 7]);
         }
         let run = lease.run(1, 3);
         assert_eq!(run.len(), 2 * SENDBUF_HEAD + 1500);

@@ -417,6 +417,53 @@ pub fn encode_headers(out: &mut Vec<u8>, common: &CommonHeader, body: &Body<'_>,
     encode_inner(out, common, body, checksum, false)
 }
 
+/// A DATA packet's headers as seven little-endian 64-bit words (checksum
+/// field zero), so that they can be stored with full-width writes. The
+/// byte-by-byte construction in a scratch array that is then copied made
+/// every wide load of the copy wait for the narrow stores to retire (store
+/// forwarding fails): several ns per packet on the transmit hot path.
+#[inline]
+pub(crate) fn data_header_words(common: &CommonHeader, header: &DataHeader) -> [u64; 7] {
+    let mut flags = 0u64;
+    if common.from_client {
+        flags |= FLAG_FROM_CLIENT as u64;
+    }
+    if common.retransmit {
+        flags |= FLAG_RETRANSMIT as u64;
+    }
+    [
+        VERSION as u64 | (PacketType::Data as u64) << 8 | flags << 16,
+        common.rpc_id,
+        common.send_time,
+        common.echo_time,
+        header.message_length as u64 | (header.offset as u64) << 32,
+        header.unsched_bytes as u64 | (header.cutoff_version as u64) << 32,
+        header.ack,
+    ]
+}
+
+/// Stores `words` little-endian at `dst` (56 bytes).
+///
+/// # Safety
+/// `dst` must be valid for 56 bytes of writes.
+#[inline]
+pub(crate) unsafe fn store_header_words(dst: *mut u8, words: &[u64; 7]) {
+    for (i, w) in words.iter().enumerate() {
+        // SAFETY: inside the 56 bytes the caller vouches for.
+        unsafe { std::ptr::write_unaligned(dst.add(8 * i) as *mut u64, w.to_le()) };
+    }
+}
+
+/// The checksum of a DATA packet given as header words and payload, stored
+/// into word 0 (bytes 4..8).
+pub(crate) fn checksum_header_words(words: &mut [u64; 7], payload: &[u8]) {
+    let mut bytes = [0u8; COMMON_HEADER_LEN + DATA_HEADER_LEN];
+    // SAFETY: `bytes` has room for 56.
+    unsafe { store_header_words(bytes.as_mut_ptr(), words) };
+    let sum = compute_checksum_split(&bytes, payload);
+    words[0] |= (sum as u64) << 32;
+}
+
 fn encode_inner(
     out: &mut Vec<u8>,
     common: &CommonHeader,
@@ -425,6 +472,24 @@ fn encode_inner(
     with_payload: bool,
 ) {
     let start = out.len();
+    if let Body::Data { header, payload } = body {
+        let mut words = data_header_words(common, header);
+        if checksum {
+            checksum_header_words(&mut words, payload);
+        }
+        let n = COMMON_HEADER_LEN + DATA_HEADER_LEN;
+        out.reserve(n + if with_payload { payload.len() } else { 0 });
+        // SAFETY: reserved above; the 56 bytes are initialised before the
+        // length covers them.
+        unsafe {
+            store_header_words(out.as_mut_ptr().add(start), &words);
+            out.set_len(start + n);
+        }
+        if with_payload {
+            out.extend_from_slice(payload);
+        }
+        return;
+    }
     let ptype = body.packet_type();
     let mut flags = 0;
     if common.from_client {
@@ -435,27 +500,13 @@ fn encode_inner(
     }
     // Headers are built in fixed-size arrays and appended at once: one
     // capacity check per packet rather than one per field.
-    let mut h = [0u8; COMMON_HEADER_LEN + DATA_HEADER_LEN];
+    let mut h = [0u8; COMMON_HEADER_LEN];
     h[..4].copy_from_slice(&[VERSION, ptype as u8, flags, 0]);
     h[8..16].copy_from_slice(&common.rpc_id.to_le_bytes());
     h[16..24].copy_from_slice(&common.send_time.to_le_bytes());
     h[24..32].copy_from_slice(&common.echo_time.to_le_bytes());
     match body {
-        Body::Data { header, payload } => {
-            let d = &mut h[COMMON_HEADER_LEN..];
-            d[..4].copy_from_slice(&header.message_length.to_le_bytes());
-            d[4..8].copy_from_slice(&header.offset.to_le_bytes());
-            d[8..12].copy_from_slice(&header.unsched_bytes.to_le_bytes());
-            d[12..14].copy_from_slice(&header.cutoff_version.to_le_bytes());
-            d[16..24].copy_from_slice(&header.ack.to_le_bytes());
-            if with_payload {
-                out.reserve(h.len() + payload.len());
-            }
-            out.extend_from_slice(&h);
-            if with_payload {
-                out.extend_from_slice(payload);
-            }
-        }
+        Body::Data { .. } => unreachable!("DATA is encoded above"),
         Body::Grant(g) => {
             out.extend_from_slice(&h[..COMMON_HEADER_LEN]);
             out.extend_from_slice(&g.offset.to_le_bytes());
@@ -490,12 +541,7 @@ fn encode_inner(
         }
     }
     if checksum {
-        let sum = match body {
-            Body::Data { payload, .. } if !with_payload => {
-                compute_checksum_split(&out[start..], payload)
-            }
-            _ => compute_checksum(&out[start..]),
-        };
+        let sum = compute_checksum(&out[start..]);
         out[start + CHECKSUM_RANGE.start..start + CHECKSUM_RANGE.end]
             .copy_from_slice(&sum.to_le_bytes());
     }

@@ -371,7 +371,7 @@ impl Endpoint {
             cutoff_version,
             ack,
         };
-        let payload = out.data.slice(offset as usize, end as usize);
+        let payload = out.data.slice_in(k, offset as usize, end as usize);
         let body = Body::Data { header, payload };
         // A first transmission from a send buffer, for a driver that takes
         // headers apart from payload: the header goes into the buffer's room

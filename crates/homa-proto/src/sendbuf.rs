@@ -205,11 +205,20 @@ impl SendBuf {
 
     /// Message bytes `[start, end)`, which must lie within one segment.
     pub(crate) fn payload(&self, start: usize, end: usize) -> &[u8] {
-        // Once per packet sent: one division.
+        self.payload_in(start / self.inner.segment, start, end)
+    }
+
+    /// [`Self::payload`] for a range in packet `k` (the caller knows it, so
+    /// the hot path skips the division).
+    pub(crate) fn payload_in(&self, k: usize, start: usize, end: usize) -> &[u8] {
         let seg = self.inner.segment;
-        let k = (start / seg).min(self.inner.packets - 1);
+        let k = k.min(self.inner.packets - 1);
+        debug_assert_eq!(k, (start / seg).min(self.inner.packets - 1));
         assert!(
-            start <= end && end <= self.inner.len && (end == start || end <= (k + 1) * seg),
+            k * seg <= start
+                && start <= end
+                && end <= self.inner.len
+                && (end == start || end <= (k + 1) * seg),
             "payload range {start}..{end} of a {}-byte message crosses a packet boundary \
              or the end",
             self.inner.len
@@ -386,6 +395,14 @@ impl Payload {
         match self {
             Payload::Bytes(b) => &b[start..end],
             Payload::Buf(l) => l.buf().payload(start, end),
+        }
+    }
+    /// [`Self::slice`] of a range in packet `k` of a buffer (ignored for
+    /// plain bytes).
+    pub(crate) fn slice_in(&self, k: Option<u32>, start: usize, end: usize) -> &[u8] {
+        match (self, k) {
+            (Payload::Buf(l), Some(k)) => l.buf().payload_in(k as usize, start, end),
+            _ => self.slice(start, end),
         }
     }
     /// The same as `Bytes`.

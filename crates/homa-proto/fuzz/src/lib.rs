@@ -4,11 +4,13 @@
 
 use bytes::Bytes;
 use homa_proto::wire::{
-    self, Body, CommonHeader, Cutoffs, DataHeader, Decoded, Grant, Packet, PacketType, Resend,
+    self, Body, CommonHeader, Cutoffs, DataHeader, Decoded, Grant, Packet, Resend,
     COMMON_HEADER_LEN, MAX_ACKS_PER_PACKET, MAX_PRIORITIES,
 };
-use homa_proto::{Config, Endpoint, Event, Message, RpcId, SendError, ServerRpc, BPAGE_SIZE};
-use std::collections::BTreeSet;
+use homa_proto::{
+    Config, Endpoint, Event, Message, Outgoing, RpcId, SendBuf, SendError, ServerRpc, BPAGE_SIZE,
+};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 // ---------------------------------------------------------------- decode target
@@ -252,9 +254,10 @@ pub enum Op {
     },
     /// The clock jumps to the engine's timer deadline (if later) and timers run.
     Timeout,
-    /// Up to `max + 1` calls of `poll_transmit`.
+    /// Up to `max + 1` calls of `poll_transmit` (or its burst or split form).
     Transmit {
         max: u8,
+        mode: TxMode,
     },
     /// Drains `poll_event`, keeping requests to answer and a few messages.
     Events,
@@ -262,11 +265,13 @@ pub enum Op {
     Respond {
         pick: u8,
         len: u32,
+        src: Source,
     },
     /// Starts an RPC of `len` bytes to `dest`.
     Request {
         dest: u8,
         len: u32,
+        src: Source,
     },
     /// Cancels a client RPC.
     Cancel {
@@ -278,6 +283,87 @@ pub enum Op {
 }
 
 const OP_KINDS: u8 = 11;
+
+/// How [`Op::Transmit`] polls the endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxMode {
+    /// `poll_transmit`: whole datagrams in the harness's buffer.
+    Single,
+    /// `poll_transmit_burst` with `max_packets = 1 << exp` (`exp` < 8).
+    Burst { exp: u8 },
+    /// `poll_transmit_split`: headers in the buffer, payload as `Bytes`.
+    Split,
+}
+
+/// What [`Op::Request`] and [`Op::Respond`] send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A fresh `Bytes` message.
+    Bytes,
+    /// A send buffer kept in harness slot `slot` (< 4): a new one of the
+    /// step's length, or (`reuse`) the one already there, whatever its length
+    /// and even while it is still in flight.
+    Buf { slot: u8, reuse: bool },
+    /// A send buffer whose segment size is not the endpoint's (always refused).
+    BadLayout,
+}
+
+/// Send buffer slots of the harness.
+const BUF_SLOTS: usize = 4;
+
+/// The opcode byte is `kind + OP_KINDS * variant`; the variant (0 for the
+/// plain form, so scripts written before variants existed mean what they
+/// meant) selects [`TxMode`] and [`Source`].
+fn tx_mode(variant: u8) -> TxMode {
+    match variant % 3 {
+        0 => TxMode::Single,
+        1 => TxMode::Burst {
+            exp: (variant / 3) % 8,
+        },
+        _ => TxMode::Split,
+    }
+}
+
+fn tx_variant(mode: TxMode) -> u8 {
+    match mode {
+        TxMode::Single => 0,
+        TxMode::Burst { exp } => {
+            assert!(exp < 8, "burst exponent {exp}");
+            1 + 3 * exp
+        }
+        TxMode::Split => 2,
+    }
+}
+
+/// Variant bits: 0 = a send buffer, 1-2 = its slot, 3-4 = 0 new, 1 reuse,
+/// 2 (or 3) wrong layout.
+fn source(variant: u8) -> Source {
+    if variant & 1 == 0 {
+        return Source::Bytes;
+    }
+    let slot = (variant >> 1) & 3;
+    match variant >> 3 {
+        0 => Source::Buf { slot, reuse: false },
+        1 => Source::Buf { slot, reuse: true },
+        _ => Source::BadLayout,
+    }
+}
+
+fn source_variant(src: Source) -> u8 {
+    match src {
+        Source::Bytes => 0,
+        Source::Buf { slot, reuse } => {
+            assert!((slot as usize) < BUF_SLOTS, "slot {slot}");
+            1 | slot << 1 | (reuse as u8) << 3
+        }
+        Source::BadLayout => 1 | 2 << 3,
+    }
+}
+
+fn opcode(kind: u8, variant: u8) -> u8 {
+    let b = kind as u32 + OP_KINDS as u32 * variant as u32;
+    u8::try_from(b).expect("variant fits the opcode byte")
+}
 
 /// Source addresses of scripted datagrams (more than `max_peers`).
 pub fn addrs() -> [SocketAddr; 5] {
@@ -479,7 +565,9 @@ pub fn parse_script(data: &[u8]) -> Vec<Op> {
 }
 
 fn parse_op(r: &mut Reader<'_>) -> Option<Op> {
-    Some(match r.u8()? % OP_KINDS {
+    let b = r.u8()?;
+    let variant = b / OP_KINDS;
+    Some(match b % OP_KINDS {
         0 => {
             let src = r.u8()?;
             let len = r.u16()? as usize;
@@ -497,15 +585,20 @@ fn parse_op(r: &mut Reader<'_>) -> Option<Op> {
             shift: r.u8()?,
         },
         3 => Op::Timeout,
-        4 => Op::Transmit { max: r.u8()? },
+        4 => Op::Transmit {
+            max: r.u8()?,
+            mode: tx_mode(variant),
+        },
         5 => Op::Events,
         6 => Op::Respond {
             pick: r.u8()?,
             len: r.u32()?,
+            src: source(variant),
         },
         7 => Op::Request {
             dest: r.u8()?,
             len: r.u32()?,
+            src: source(variant),
         },
         8 => Op::Cancel { pick: r.u8()? },
         9 => Op::ReleaseHeld,
@@ -533,14 +626,16 @@ pub fn write_script(ops: &[Op]) -> Vec<u8> {
                 out.push(*shift);
             }
             Op::Timeout => out.push(3),
-            Op::Transmit { max } => out.extend_from_slice(&[4, *max]),
+            Op::Transmit { max, mode } => {
+                out.extend_from_slice(&[opcode(4, tx_variant(*mode)), *max]);
+            }
             Op::Events => out.push(5),
-            Op::Respond { pick, len } => {
-                out.extend_from_slice(&[6, *pick]);
+            Op::Respond { pick, len, src } => {
+                out.extend_from_slice(&[opcode(6, source_variant(*src)), *pick]);
                 out.extend_from_slice(&len.to_le_bytes());
             }
-            Op::Request { dest, len } => {
-                out.extend_from_slice(&[7, *dest]);
+            Op::Request { dest, len, src } => {
+                out.extend_from_slice(&[opcode(7, source_variant(*src)), *dest]);
                 out.extend_from_slice(&len.to_le_bytes());
             }
             Op::Cancel { pick } => out.extend_from_slice(&[8, *pick]),
@@ -572,7 +667,42 @@ struct Harness {
     held: Vec<Message>,
     datagrams_in: usize,
     buf: Vec<u8>,
+    /// One datagram reassembled from a split or burst poll.
+    dgram: Vec<u8>,
+    /// Every message the engine accepted, by (from_client, peer, id): what
+    /// its DATA packets must carry.
+    messages: BTreeMap<(bool, SocketAddr, u64), Expect>,
+    /// Send buffers the script can reuse, with their content's seed.
+    slots: [Option<(SendBuf, u8)>; BUF_SLOTS],
+    /// Buffers that left their slot while in flight: they must come back.
+    retired: Vec<SendBuf>,
+    /// Seed of the next buffer content (1..=250; Bytes messages use 0).
+    next_seed: u8,
+    /// The endpoint's payload bytes per packet (a send buffer's segment).
+    segment: usize,
     counts: Counts,
+}
+
+/// What a sent message holds: byte `i` is `content_byte(seed, i)`.
+#[derive(Clone, Copy, Debug)]
+struct Expect {
+    len: usize,
+    seed: u8,
+    /// Sent from a send buffer: its packets never cross a segment boundary.
+    buf: bool,
+}
+
+fn content_byte(seed: u8, i: usize) -> u8 {
+    ((i + seed as usize) % 251) as u8
+}
+
+/// A message about to be handed to `send_request` / `send_response`.
+struct Prepared {
+    out: Outgoing,
+    expect: Expect,
+    /// The harness's handle on a send buffer, and whether it was in flight.
+    buf: Option<(SendBuf, bool)>,
+    bad_layout: bool,
 }
 
 /// What a script achieved, so that tests can check that seeds reach deep states.
@@ -582,6 +712,14 @@ pub struct Counts {
     pub responses: usize,
     pub failures: usize,
     pub sent: [usize; 8],
+    /// DATA packets of messages sent from send buffers.
+    pub buf_data: usize,
+    /// Packets that left with their header written into a send buffer.
+    pub in_place: usize,
+    /// Bursts of more than one packet.
+    pub bursts: usize,
+    /// Sends refused because the buffer was still in flight.
+    pub in_flight_refused: usize,
 }
 
 const MAX_KNOWN: usize = 32;
@@ -594,8 +732,10 @@ const MAX_EVENTS_PER_DRAIN: usize = 100_000;
 impl Harness {
     fn new() -> Harness {
         let cfg = engine_config();
+        let ep = Endpoint::new(cfg.clone(), 0).expect("engine_config is valid");
+        let segment = ep.new_send_buf(0).segment();
         Harness {
-            ep: Endpoint::new(cfg.clone(), 0).expect("engine_config is valid"),
+            ep,
             cfg,
             now: 0,
             addrs: addrs(),
@@ -607,6 +747,12 @@ impl Harness {
             held: Vec::new(),
             datagrams_in: 0,
             buf: Vec::new(),
+            dgram: Vec::new(),
+            messages: BTreeMap::new(),
+            slots: Default::default(),
+            retired: Vec::new(),
+            next_seed: 1,
+            segment,
             counts: Counts::default(),
         }
     }
@@ -656,41 +802,140 @@ impl Harness {
         }
     }
 
-    fn transmit(&mut self, max: u8) {
+    fn transmit(&mut self, max: u8, mode: TxMode) {
+        let mut buf = std::mem::take(&mut self.buf);
+        let mut dgram = std::mem::take(&mut self.dgram);
         for _ in 0..=max {
-            let Some(t) = self.ep.poll_transmit(self.now, &mut self.buf) else {
-                break;
-            };
-            assert!(t.len <= self.buf.len(), "{t:?} beyond the buffer");
-            assert!(
-                t.len <= self.cfg.max_packet_size,
-                "{t:?} above max_packet_size"
-            );
-            assert!((t.priority as usize) < MAX_PRIORITIES, "{t:?}");
-            assert!(
-                self.addrs.contains(&t.dest),
-                "{t:?} to an address never involved"
-            );
-            let pkt = &self.buf[..t.len];
-            let d =
-                wire::decode(pkt).unwrap_or_else(|e| panic!("engine sent a malformed packet: {e}"));
-            assert!(
-                wire::verify_checksum(pkt, false),
-                "engine sent a bad checksum"
-            );
-            if let Packet::Data { payload, .. } = d.packet {
-                assert!(payload.len() <= self.cfg.max_data_per_packet());
+            match mode {
+                TxMode::Single => {
+                    let Some(t) = self.ep.poll_transmit(self.now, &mut buf) else {
+                        break;
+                    };
+                    assert!(t.len <= buf.len(), "{t:?} beyond the buffer");
+                    self.check_datagram(t.dest, t.priority, &buf[..t.len]);
+                }
+                TxMode::Split => {
+                    let Some((t, payload)) = self.ep.poll_transmit_split(self.now, &mut buf) else {
+                        break;
+                    };
+                    assert_eq!(t.len, buf.len() + payload.len(), "{t:?}");
+                    if buf.is_empty() {
+                        // The header was written into a send buffer.
+                        self.counts.in_place += 1;
+                    }
+                    dgram.clear();
+                    dgram.extend_from_slice(&buf);
+                    dgram.extend_from_slice(&payload);
+                    self.check_datagram(t.dest, t.priority, &dgram);
+                }
+                TxMode::Burst { exp } => {
+                    let max_packets = 1usize << exp;
+                    let Some(b) = self.ep.poll_transmit_burst(self.now, max_packets, &mut buf)
+                    else {
+                        break;
+                    };
+                    assert!(
+                        (1..=max_packets).contains(&b.count),
+                        "{b:?} for max {max_packets}"
+                    );
+                    assert_eq!(buf.len(), b.count * b.header_len, "{b:?}");
+                    if b.count > 1 {
+                        // GSO: every segment but the last is full.
+                        assert!(
+                            b.payload.len() > (b.count - 1) * b.segment
+                                && b.payload.len() <= b.count * b.segment,
+                            "{b:?}"
+                        );
+                        self.counts.bursts += 1;
+                    }
+                    let mut prev: Option<(u64, usize)> = None;
+                    for i in 0..b.count {
+                        dgram.clear();
+                        dgram.extend_from_slice(&buf[i * b.header_len..(i + 1) * b.header_len]);
+                        dgram.extend_from_slice(b.payload_of(i));
+                        if b.header_len == 0 {
+                            self.counts.in_place += 1;
+                        }
+                        let data = self.check_datagram(b.dest, b.priority, &dgram);
+                        if b.count > 1 {
+                            // A burst is one message's consecutive packets.
+                            let (id, off, len) =
+                                data.unwrap_or_else(|| panic!("non-DATA packet in {b:?}"));
+                            if let Some((pid, end)) = prev {
+                                assert_eq!((id, off), (pid, end), "burst packet {i} of {b:?}");
+                            }
+                            prev = Some((id, off + len));
+                        }
+                    }
+                }
             }
-            self.counts.sent[d.packet.packet_type().index()] += 1;
-            let id = d.common.rpc_id;
-            if d.packet.packet_type() == PacketType::Data && d.common.from_client {
-                assert!(
-                    self.issued.contains(&id),
-                    "request DATA for an RPC we never started"
+        }
+        self.buf = buf;
+        self.dgram = dgram;
+    }
+
+    /// Checks one datagram the engine sent; returns (id, offset, payload
+    /// length) for DATA.
+    fn check_datagram(
+        &mut self,
+        dest: SocketAddr,
+        priority: u8,
+        pkt: &[u8],
+    ) -> Option<(u64, usize, usize)> {
+        assert!(
+            pkt.len() <= self.cfg.max_packet_size,
+            "{}-byte datagram above max_packet_size",
+            pkt.len()
+        );
+        assert!((priority as usize) < MAX_PRIORITIES, "priority {priority}");
+        assert!(
+            self.addrs.contains(&dest),
+            "datagram to {dest}, an address never involved"
+        );
+        let d = wire::decode(pkt).unwrap_or_else(|e| panic!("engine sent a malformed packet: {e}"));
+        assert!(
+            wire::verify_checksum(pkt, false),
+            "engine sent a bad checksum"
+        );
+        self.counts.sent[d.packet.packet_type().index()] += 1;
+        let id = d.common.rpc_id;
+        self.learn(id);
+        let Packet::Data { header, payload } = d.packet else {
+            return None;
+        };
+        assert!(payload.len() <= self.cfg.max_data_per_packet());
+        if d.common.from_client {
+            assert!(
+                self.issued.contains(&id),
+                "request DATA for an RPC we never started"
+            );
+        }
+        let key = (d.common.from_client, dest, id);
+        let m = *self
+            .messages
+            .get(&key)
+            .unwrap_or_else(|| panic!("DATA for a message never sent: {key:?}"));
+        let off = header.offset as usize;
+        assert_eq!(header.message_length as usize, m.len, "{key:?}");
+        assert!(off + payload.len() <= m.len, "{key:?} {header:?}");
+        if let Some(j) = (0..payload.len()).find(|&j| payload[j] != content_byte(m.seed, off + j)) {
+            panic!(
+                "{key:?}: DATA at offset {off} carries the wrong byte at {}",
+                off + j
+            );
+        }
+        if m.buf {
+            self.counts.buf_data += 1;
+            if !payload.is_empty() {
+                assert_eq!(
+                    off / self.segment,
+                    (off + payload.len() - 1) / self.segment,
+                    "{key:?}: DATA {off}+{} crosses a send buffer segment",
+                    payload.len()
                 );
             }
-            self.learn(id);
         }
+        Some((id, off, payload.len()))
     }
 
     fn events(&mut self) {
@@ -748,32 +993,30 @@ impl Harness {
                 }
                 self.ep.handle_timeout(self.now);
             }
-            Op::Transmit { max } => self.transmit(*max),
+            Op::Transmit { max, mode } => self.transmit(*max, *mode),
             Op::Events => self.events(),
-            Op::Respond { pick, len } => {
+            Op::Respond { pick, len, src } => {
                 if self.pending.is_empty() {
                     return;
                 }
                 let rpc = self.pending.remove(*pick as usize % self.pending.len());
-                let len = len % (max_len + 17);
-                let r = self.ep.send_response(self.now, rpc, pattern(len));
-                if len > max_len {
-                    assert!(matches!(r, Err(SendError::MessageTooLong { .. })), "{r:?}");
+                let p = self.prepare(*src, len % (max_len + 17));
+                let r = self.ep.send_response(self.now, rpc, p.out.clone());
+                if self.settle(&p, r.as_ref().err()) {
+                    self.messages.insert((false, rpc.peer, rpc.id), p.expect);
                 }
             }
-            Op::Request { dest, len } => {
-                let len = len % (max_len + 17);
+            Op::Request { dest, len, src } => {
                 let dest = self.addr(*dest);
-                match self.ep.send_request(self.now, dest, pattern(len)) {
-                    Ok(RpcId(id)) => {
-                        assert!(len <= max_len, "accepted a {len}-byte request");
-                        assert!(id != 0, "RPC id 0 is reserved on the wire");
-                        assert!(self.issued.insert(id), "RPC id {id} issued twice");
-                        self.outstanding.insert(id);
-                        self.learn(id);
-                    }
-                    Err(SendError::MessageTooLong { .. }) => assert!(len > max_len),
-                    Err(_) => {}
+                let p = self.prepare(*src, len % (max_len + 17));
+                let r = self.ep.send_request(self.now, dest, p.out.clone());
+                if self.settle(&p, r.as_ref().err()) {
+                    let RpcId(id) = r.unwrap();
+                    assert!(id != 0, "RPC id 0 is reserved on the wire");
+                    assert!(self.issued.insert(id), "RPC id {id} issued twice");
+                    self.outstanding.insert(id);
+                    self.learn(id);
+                    self.messages.insert((true, dest, id), p.expect);
                 }
             }
             Op::Cancel { pick } => {
@@ -792,6 +1035,114 @@ impl Harness {
             Op::Shutdown => self.ep.shutdown(),
         }
         self.check_bounds();
+    }
+
+    /// The message a send step hands the engine.
+    fn prepare(&mut self, src: Source, len: u32) -> Prepared {
+        let len = len as usize;
+        match src {
+            Source::Bytes => Prepared {
+                out: pattern(len as u32).into(),
+                expect: Expect {
+                    len,
+                    seed: 0,
+                    buf: false,
+                },
+                buf: None,
+                bad_layout: false,
+            },
+            Source::BadLayout => {
+                let b = SendBuf::new(len, self.segment / 2 + 1);
+                Prepared {
+                    out: b.clone().into(),
+                    expect: Expect {
+                        len,
+                        seed: 0,
+                        buf: true,
+                    },
+                    buf: Some((b, false)),
+                    bad_layout: true,
+                }
+            }
+            Source::Buf { slot, reuse } => {
+                let slot = slot as usize % BUF_SLOTS;
+                let seed = self.next_seed;
+                self.next_seed = self.next_seed % 250 + 1;
+                match &mut self.slots[slot] {
+                    Some((b, s)) if reuse => {
+                        // Rewrite a buffer the engine is done with, so that
+                        // stale bytes would show; one still in flight goes
+                        // as it is (and must be refused).
+                        if !b.in_flight() {
+                            fill(b, seed);
+                            *s = seed;
+                        }
+                    }
+                    old => {
+                        let mut b = self.ep.new_send_buf(len);
+                        fill(&mut b, seed);
+                        if let Some((prev, _)) = old.replace((b, seed)) {
+                            if prev.in_flight() {
+                                self.retired.push(prev);
+                            }
+                        }
+                    }
+                }
+                let (b, seed) = self.slots[slot].clone().unwrap();
+                let in_flight = b.in_flight();
+                Prepared {
+                    out: b.clone().into(),
+                    expect: Expect {
+                        len: b.len(),
+                        seed,
+                        buf: true,
+                    },
+                    buf: Some((b, in_flight)),
+                    bad_layout: false,
+                }
+            }
+        }
+    }
+
+    /// Checks the engine's answer to a send; true if it took the message.
+    fn settle(&mut self, p: &Prepared, err: Option<&SendError>) -> bool {
+        let max_len = self.cfg.max_message_length as usize;
+        let was_in_flight = p.buf.as_ref().is_some_and(|b| b.1);
+        match err {
+            None => {
+                assert!(
+                    p.expect.len <= max_len,
+                    "accepted a {}-byte message",
+                    p.expect.len
+                );
+                assert!(!p.bad_layout, "accepted a send buffer of the wrong layout");
+                assert!(!was_in_flight, "accepted a send buffer still in flight");
+                if let Some((b, _)) = &p.buf {
+                    assert!(b.in_flight(), "an accepted send buffer is not held");
+                }
+            }
+            Some(e) => {
+                match e {
+                    SendError::MessageTooLong { .. } => assert!(p.expect.len > max_len),
+                    SendError::BufferInFlight => {
+                        assert!(was_in_flight, "{e}");
+                        self.counts.in_flight_refused += 1;
+                    }
+                    SendError::BufferLayout { .. } => assert!(p.bad_layout, "{e}"),
+                    _ => {}
+                }
+                if let Some((b, _)) = &p.buf {
+                    assert!(
+                        was_in_flight || !b.in_flight(),
+                        "a refused send kept the buffer"
+                    );
+                }
+            }
+        }
+        // Buffers that came back are dropped from the list (nothing can take
+        // them again without a handle, so they stay back).
+        self.retired.retain(|b| b.in_flight());
+        err.is_none()
     }
 
     fn check_bounds(&self) {
@@ -891,6 +1242,14 @@ fn encode_packet(cfg: &Config, known: &[u64], p: &ScriptPacket) -> Vec<u8> {
     out
 }
 
+/// Writes `content_byte(seed, ..)` over the whole buffer, which must be
+/// unique and idle.
+fn fill(b: &mut SendBuf, seed: u8) {
+    let data: Vec<u8> = (0..b.len()).map(|i| content_byte(seed, i)).collect();
+    b.write(0, &data)
+        .expect("an idle buffer with one handle is writable");
+}
+
 fn pattern(len: u32) -> Bytes {
     Bytes::from((0..len).map(|i| (i % 251) as u8).collect::<Vec<_>>())
 }
@@ -902,13 +1261,37 @@ pub fn run_engine(data: &[u8]) -> Counts {
         h.step(&op);
     }
     // Let the endpoint finish what it can: whatever the script did, a bounded
-    // number of timer runs must not break the bounds either.
-    for _ in 0..4 {
-        h.step(&Op::Transmit { max: 255 });
+    // number of timer runs must not break the bounds either. Every form of
+    // polling gets a turn.
+    let modes = [
+        TxMode::Single,
+        TxMode::Burst { exp: 6 },
+        TxMode::Split,
+        TxMode::Burst { exp: 1 },
+    ];
+    for mode in modes {
+        h.step(&Op::Transmit { max: 255, mode });
         h.step(&Op::Events);
         h.step(&Op::Timeout);
     }
+    // An endpoint gone holds no send buffer.
+    drop(h.ep);
+    let bufs = h.slots.iter().flatten().map(|(b, _)| b);
+    for b in bufs.chain(&h.retired) {
+        assert!(
+            !b.in_flight(),
+            "{b:?} still in flight after the endpoint dropped"
+        );
+    }
     h.counts
+}
+
+/// Up to `max + 1` plain `poll_transmit` calls.
+fn tx(max: u8) -> Op {
+    Op::Transmit {
+        max,
+        mode: TxMode::Single,
+    }
 }
 
 /// Valid packet sequences for the `engine` target.
@@ -936,7 +1319,7 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
         mantissa: 20,
         shift: 10,
     }; // about 20 µs
-    let drain = [Op::Transmit { max: 64 }, Op::Events];
+    let drain = [tx(64), Op::Events];
     let mut seeds = Vec::new();
 
     // A server answers a one-packet request.
@@ -946,10 +1329,14 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
     }];
     s.extend([
         Op::Events,
-        Op::Respond { pick: 0, len: 5 },
-        Op::Transmit { max: 8 },
+        Op::Respond {
+            pick: 0,
+            len: 5,
+            src: Source::Bytes,
+        },
+        tx(8),
     ]);
-    s.extend([tick.clone(), Op::Timeout, Op::Transmit { max: 8 }]);
+    s.extend([tick.clone(), Op::Timeout, tx(8)]);
     seeds.push(("server-small".to_string(), s));
 
     // A zero-length request (one empty DATA packet) answered with nothing.
@@ -959,8 +1346,12 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
     }];
     s.extend([
         Op::Events,
-        Op::Respond { pick: 0, len: 0 },
-        Op::Transmit { max: 8 },
+        Op::Respond {
+            pick: 0,
+            len: 0,
+            src: Source::Bytes,
+        },
+        tx(8),
     ]);
     seeds.push(("server-empty".to_string(), s));
 
@@ -978,8 +1369,12 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
         .collect();
     s.extend([
         Op::Events,
-        Op::Respond { pick: 0, len: 2000 },
-        Op::Transmit { max: 8 },
+        Op::Respond {
+            pick: 0,
+            len: 2000,
+            src: Source::Bytes,
+        },
+        tx(8),
         tick.clone(),
     ]);
     s.push(Op::Packet {
@@ -992,14 +1387,18 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
             shift: 30,
         },
         Op::Timeout,
-        Op::Transmit { max: 8 },
+        tx(8),
     ]);
     seeds.push(("server-multi-ack".to_string(), s));
 
     // A client gets a one-packet response.
     let mut s = vec![
-        Op::Request { dest: 1, len: 100 },
-        Op::Transmit { max: 4 },
+        Op::Request {
+            dest: 1,
+            len: 100,
+            src: Source::Bytes,
+        },
+        tx(4),
         tick.clone(),
     ];
     s.push(Op::Packet {
@@ -1014,8 +1413,9 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
         Op::Request {
             dest: 2,
             len: 100_000,
+            src: Source::Bytes,
         },
-        Op::Transmit { max: 64 },
+        tx(64),
         tick.clone(),
     ];
     let grant = ScriptBody::Grant {
@@ -1049,7 +1449,14 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
     seeds.push(("client-scheduled".to_string(), s));
 
     // Control packets for a live client RPC, then its timeout.
-    let mut s = vec![Op::Request { dest: 0, len: 10 }, Op::Transmit { max: 4 }];
+    let mut s = vec![
+        Op::Request {
+            dest: 0,
+            len: 10,
+            src: Source::Bytes,
+        },
+        tx(4),
+    ];
     let cutoffs = ScriptBody::Cutoffs {
         version: 2,
         cutoffs: [100, 1_000, 10_000, u32::MAX, 0, 0, 0, 0],
@@ -1074,7 +1481,7 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
                 shift: 20,
             },
             Op::Timeout,
-            Op::Transmit { max: 8 },
+            tx(8),
             Op::Events,
         ]);
     }
@@ -1093,8 +1500,16 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
     }
     s.extend([
         Op::Events,
-        Op::Request { dest: 3, len: 1 },
-        Op::Request { dest: 4, len: 1 },
+        Op::Request {
+            dest: 3,
+            len: 1,
+            src: Source::Bytes,
+        },
+        Op::Request {
+            dest: 4,
+            len: 1,
+            src: Source::Bytes,
+        },
     ]);
     s.extend(drain);
     seeds.push(("limits".to_string(), s));
@@ -1114,17 +1529,121 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
     }];
     s.extend([
         Op::Events,
-        Op::Respond { pick: 0, len: 10 },
-        Op::Transmit { max: 64 },
+        Op::Respond {
+            pick: 0,
+            len: 10,
+            src: Source::Bytes,
+        },
+        tx(64),
         Op::Events,
     ]);
     seeds.push(("gro-batch".to_string(), s));
+
+    // A request from a send buffer, sent in bursts (headers in place); a
+    // RESEND off the segment grid (retransmissions capped at segments); the
+    // buffer offered again while in flight (refused), then after the
+    // response (accepted, rewritten).
+    let slot0 = |reuse| Source::Buf { slot: 0, reuse };
+    let mut s = vec![
+        Op::Request {
+            dest: 1,
+            len: 5000,
+            src: slot0(false),
+        },
+        Op::Transmit {
+            max: 2,
+            mode: TxMode::Burst { exp: 3 },
+        },
+        tick.clone(),
+    ];
+    let resend = ScriptBody::Resend {
+        offset: 700,
+        length: 3000,
+        priority: 5,
+    };
+    s.push(Op::Packet {
+        src: 1,
+        packet: pkt(ours, false, resend),
+    });
+    s.extend([
+        Op::Transmit {
+            max: 8,
+            mode: TxMode::Split,
+        },
+        Op::Request {
+            dest: 0,
+            len: 1,
+            src: slot0(true),
+        },
+    ]);
+    s.push(Op::Packet {
+        src: 1,
+        packet: pkt(ours, false, data(10, 0, 10)),
+    });
+    s.extend([
+        Op::Events,
+        Op::Request {
+            dest: 0,
+            len: 1,
+            src: slot0(true),
+        },
+        Op::Transmit {
+            max: 8,
+            mode: TxMode::Burst { exp: 7 },
+        },
+    ]);
+    seeds.push(("buf-request".to_string(), s));
+
+    // A response from a send buffer, polled split (header in place), a
+    // RESEND inside its first packet, then a buffer of the wrong layout.
+    let mut s = vec![Op::Packet {
+        src: 3,
+        packet: pkt(IdSel::Raw(505), true, data(20, 0, 20)),
+    }];
+    s.extend([
+        Op::Events,
+        Op::Respond {
+            pick: 0,
+            len: 4000,
+            src: Source::Buf {
+                slot: 1,
+                reuse: false,
+            },
+        },
+        Op::Transmit {
+            max: 8,
+            mode: TxMode::Split,
+        },
+        tick.clone(),
+    ]);
+    let resend = ScriptBody::Resend {
+        offset: 100,
+        length: 2000,
+        priority: 7,
+    };
+    s.push(Op::Packet {
+        src: 3,
+        packet: pkt(IdSel::Raw(505), true, resend),
+    });
+    s.extend([
+        Op::Transmit {
+            max: 8,
+            mode: TxMode::Burst { exp: 2 },
+        },
+        Op::Request {
+            dest: 2,
+            len: 3000,
+            src: Source::BadLayout,
+        },
+    ]);
+    seeds.push(("buf-response".to_string(), s));
     seeds
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use homa_proto::wire::PacketType;
     use std::path::PathBuf;
 
     fn corpus(target: &str) -> PathBuf {
@@ -1198,6 +1717,41 @@ mod tests {
         }
     }
 
+    /// Every opcode byte parses to a step that writes back to the same step
+    /// (variants included), and variant 0 is the plain step.
+    #[test]
+    fn opcode_variants_round_trip() {
+        let mut modes = BTreeSet::new();
+        let mut sources = BTreeSet::new();
+        for b in 0..=255u8 {
+            let mut script = vec![b, 9, 1, 0, 3, 4];
+            script.resize(64, 0);
+            let ops = parse_script(&script);
+            assert!(!ops.is_empty(), "opcode {b}");
+            assert_eq!(parse_script(&write_script(&ops)), ops, "opcode {b}");
+            match ops[0] {
+                Op::Transmit { mode, .. } => {
+                    modes.insert(format!("{mode:?}"));
+                }
+                Op::Request { src, .. } | Op::Respond { src, .. } => {
+                    sources.insert(format!("{src:?}"));
+                }
+                _ => {}
+            }
+        }
+        // Single, Split and eight burst sizes; Bytes, BadLayout and 4 slots
+        // times new/reuse.
+        assert_eq!(modes.len(), 10, "{modes:?}");
+        assert_eq!(sources.len(), 10, "{sources:?}");
+        assert_eq!(write_script(&[tx(3)]), [4, 3]);
+        let plain = Op::Request {
+            dest: 1,
+            len: 2,
+            src: Source::Bytes,
+        };
+        assert_eq!(write_script(&[plain])[0], 7);
+    }
+
     #[test]
     fn scripted_packets_always_decode() {
         let cfg = engine_config();
@@ -1250,6 +1804,19 @@ mod tests {
                 }
                 "client-control-timeout" => c.responses + c.failures == 1,
                 "limits" => c.requests >= 1,
+                // The unscheduled packets (2) and the second request's
+                // first packets (3) in place; at least two retransmissions
+                // of 700..2832 (capped at the segment boundary 1416).
+                "buf-request" => {
+                    c.responses == 1
+                        && c.in_place >= 5
+                        && c.bursts >= 1
+                        && c.buf_data >= 7
+                        && c.in_flight_refused == 1
+                }
+                // 3 packets in place, one retransmission 100..1416 and one
+                // 1416..2100.
+                "buf-response" => c.requests == 1 && c.in_place >= 3 && c.buf_data >= 5,
                 _ => panic!("no goal for seed {name}"),
             };
             assert!(ok, "seed {name}: {c:?}");

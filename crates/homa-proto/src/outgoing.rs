@@ -322,6 +322,8 @@ impl Endpoint {
 
     /// Encodes one DATA packet of RPC `key` covering `[offset, limit)` as far as
     /// one packet holds; `priority` is given for retransmissions only.
+    /// Returns the packet and the end of its payload (a packet from a send
+    /// buffer may stop short, at a segment boundary).
     // One call per packet on the hot path: plain arguments, no option struct.
     #[allow(clippy::too_many_arguments)]
     fn encode_data(
@@ -333,7 +335,7 @@ impl Endpoint {
         priority: Option<u8>,
         headers_only: bool,
         buf: &mut Vec<u8>,
-    ) -> Transmit {
+    ) -> (Transmit, u32) {
         let rpc = self.rpcs[key as usize].as_ref().unwrap();
         let out = rpc.out.as_ref().unwrap();
         let dpp = self.data_per_packet;
@@ -409,7 +411,10 @@ impl Endpoint {
             buf.len()
         };
         self.metrics.data_bytes_sent += (end - offset) as u64;
-        self.account(now, PacketType::Data, dest, priority, len)
+        (
+            self.account(now, PacketType::Data, dest, priority, len),
+            end,
+        )
     }
 
     /// Like [`Self::poll_transmit`], but a DATA packet's payload is not copied:
@@ -439,8 +444,7 @@ impl Endpoint {
     ) -> Transmit {
         let out = self.out_msg(key);
         let (offset, len) = (out.next_offset, out.len);
-        let t = self.encode_data(now, key, offset, len, None, headers_only, buf);
-        let next = (offset + self.data_per_packet).min(len);
+        let (t, next) = self.encode_data(now, key, offset, len, None, headers_only, buf);
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
         let birth = rpc.birth;
         let out = rpc.out.as_mut().unwrap();
@@ -460,8 +464,9 @@ impl Endpoint {
     /// Sends one packet of RPC `key`'s pending retransmission, if it has one.
     fn send_retransmit(&mut self, now: Time, key: RpcKey, buf: &mut Vec<u8>) -> Option<Transmit> {
         let (start, end, priority) = self.rpcs.get(key as usize)?.as_ref()?.out.as_ref()?.retx?;
-        let t = self.encode_data(now, key, start, end, Some(priority), false, buf);
-        let sent = (start + self.data_per_packet).min(end);
+        // The packet may end short of a full one (a send buffer's packets
+        // never cross a segment): go on from where it actually ended.
+        let (t, sent) = self.encode_data(now, key, start, end, Some(priority), false, buf);
         let out = self.rpc(key).out.as_mut().unwrap();
         out.retx = (sent < end).then_some((sent, end, priority));
         self.metrics.retransmitted_packets += 1;
@@ -780,6 +785,83 @@ mod tests {
         assert!(retransmitted > 0, "loss must cause retransmissions");
         assert!(!sb.in_flight(), "the finished RPC must release its buffer");
         sb.write(0, &[1, 2, 3]).unwrap();
+    }
+
+    /// A RESEND that starts inside a segment of a send buffer: the first
+    /// packet stops at the segment boundary, and the next one starts there
+    /// (it once started a whole packet after the first one's start, so the
+    /// bytes in between were never resent). Found by the fuzzer's seeds.
+    #[test]
+    fn send_buffer_retransmits_an_unaligned_range_without_gaps() {
+        let cfg = Config::default();
+        let mut a = Endpoint::new(cfg.clone(), 0).unwrap();
+        let b_addr: SocketAddr = "10.0.0.2:1".parse().unwrap();
+        let body: Vec<u8> = (0..5000u32).map(|i| (i % 241) as u8).collect();
+        let mut sb = a.new_send_buf(body.len());
+        sb.write(0, &body).unwrap();
+        let id = a.send_request(0, b_addr, sb).unwrap();
+        let mut buf = Vec::new();
+        // Send what may go without grants; a RESEND only covers bytes sent.
+        let mut sent_end = 0u32;
+        for step in 0..100 {
+            while let Some(t) = a.poll_transmit(step * 10_000, &mut buf) {
+                if let Ok(crate::wire::Decoded {
+                    packet: crate::wire::Packet::Data { header, payload },
+                    ..
+                }) = crate::wire::decode(&buf[..t.len])
+                {
+                    sent_end = sent_end.max(header.offset + payload.len() as u32);
+                }
+            }
+        }
+        assert!(sent_end >= 2 * 1416, "{sent_end}");
+        let resend = |offset, length| {
+            let mut p = Vec::new();
+            let common = crate::wire::CommonHeader {
+                from_client: false,
+                retransmit: false,
+                rpc_id: id.0,
+                send_time: 1,
+                echo_time: 0,
+            };
+            let r = crate::wire::Resend {
+                offset,
+                length,
+                priority: 0,
+            };
+            crate::wire::encode(&mut p, &common, &crate::wire::Body::Resend(r), false);
+            p
+        };
+        let dpp = cfg.max_data_per_packet() as u32;
+        let cases = [(700u32, 3000u32), (100, 2000), (dpp - 1, 2), (0, 1)];
+        for (i, &(offset, length)) in cases.iter().enumerate() {
+            let start = 2_000_000 * (i as u64 + 1);
+            a.handle_datagram(start, b_addr, &resend(offset, length));
+            let mut next = offset;
+            // Over a few steps: the pacer lets a packet or two out per step.
+            for now in (0..20).map(|i| start + i * 5_000) {
+                while let Some(t) = a.poll_transmit(now, &mut buf) {
+                    let Ok(p) = crate::wire::decode(&buf[..t.len]) else {
+                        panic!("undecodable packet")
+                    };
+                    if let crate::wire::Packet::Data { header, payload } = p.packet {
+                        assert!(p.common.retransmit);
+                        assert_eq!(
+                            header.offset, next,
+                            "gap in the retransmission of {offset}+{length}"
+                        );
+                        let o = header.offset as usize;
+                        assert_eq!(payload, &body[o..o + payload.len()]);
+                        next += payload.len() as u32;
+                    }
+                }
+            }
+            let want = ((offset + length).div_ceil(dpp) * dpp).min(sent_end);
+            assert_eq!(
+                next, want,
+                "retransmission of {offset}+{length} must cover whole packets"
+            );
+        }
     }
 
     /// (priority, datagram) of every packet `a` sends of a 300 KB request

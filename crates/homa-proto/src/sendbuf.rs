@@ -188,6 +188,25 @@ impl SendBuf {
         Ok(())
     }
 
+    /// The payload as one mutable slice per packet, for building a message
+    /// in place (serializing straight into the buffer instead of copying
+    /// into it). Fails unless this is the only handle on the buffer.
+    pub fn segments_mut(&mut self) -> Result<impl Iterator<Item = &mut [u8]> + '_, SendBufError> {
+        if Arc::get_mut(&mut self.inner).is_none() || self.in_flight() {
+            return Err(SendBufError::Shared);
+        }
+        let (len, seg, base) = (self.inner.len, self.inner.segment, self.inner.ptr.as_ptr());
+        Ok((0..len.div_ceil(seg)).map(move |k| {
+            let n = seg.min(len - k * seg);
+            // SAFETY: the segments are disjoint ranges inside the buffer, and
+            // `&mut self` on the only handle excludes every other access for
+            // as long as the iterator's slices live.
+            unsafe {
+                std::slice::from_raw_parts_mut(base.add(k * (seg + SENDBUF_HEAD) + SENDBUF_HEAD), n)
+            }
+        }))
+    }
+
     /// The payload, as one slice per packet.
     pub fn segments(&self) -> impl Iterator<Item = &[u8]> + '_ {
         let (len, seg) = (self.inner.len, self.inner.segment);
@@ -458,6 +477,28 @@ mod tests {
         assert_eq!(b.write(0, &[1]), Err(SendBufError::Shared));
         drop(c);
         b.write(0, &[1]).unwrap();
+    }
+
+    #[test]
+    fn segments_mut_builds_in_place_and_needs_a_unique_handle() {
+        let mut b = SendBuf::new(2500, 1000);
+        let mut i = 0u32;
+        for s in b.segments_mut().unwrap() {
+            for x in s.iter_mut() {
+                *x = (i % 251) as u8;
+                i += 1;
+            }
+        }
+        assert_eq!(i, 2500);
+        let want: Vec<u8> = (0..2500u32).map(|i| (i % 251) as u8).collect();
+        assert_eq!(b.to_vec(), want);
+        let c = b.clone();
+        assert!(b.segments_mut().is_err());
+        drop(c);
+        let lease = b.clone().lease().unwrap();
+        drop(lease);
+        assert_eq!(b.segments_mut().unwrap().count(), 3);
+        assert_eq!(SendBuf::new(0, 1000).segments_mut().unwrap().count(), 0);
     }
 
     #[test]

@@ -705,34 +705,37 @@ mod tests {
         }
     }
 
+    /// Two endpoints (with a 20 us NIC queue) and their addresses.
+    fn pair() -> (Endpoint, Endpoint, SocketAddr, SocketAddr) {
+        let cfg = Config {
+            max_nic_queue_ns: Some(20_000),
+            ..Config::default()
+        };
+        let seeded = |rpc_id_seed| {
+            Endpoint::new(
+                Config {
+                    rpc_id_seed,
+                    ..cfg.clone()
+                },
+                0,
+            )
+            .unwrap()
+        };
+        (
+            seeded(3),
+            seeded(9),
+            "10.0.0.1:1".parse().unwrap(),
+            "10.0.0.2:1".parse().unwrap(),
+        )
+    }
+
     /// A send buffer over a lossy exchange: every 7th datagram `a` sends is
     /// lost, so parts go again as retransmissions (the ordinary path, a
     /// header plus a payload slice of the buffer). The request arrives
     /// intact, and the buffer is free again once the RPC is over.
     #[test]
     fn send_buffer_survives_loss_and_is_released() {
-        let cfg = Config {
-            max_nic_queue_ns: Some(20_000),
-            ..Config::default()
-        };
-        let mut a = Endpoint::new(
-            Config {
-                rpc_id_seed: 3,
-                ..cfg.clone()
-            },
-            0,
-        )
-        .unwrap();
-        let mut b = Endpoint::new(
-            Config {
-                rpc_id_seed: 9,
-                ..cfg
-            },
-            0,
-        )
-        .unwrap();
-        let (a_addr, b_addr): (SocketAddr, SocketAddr) =
-            ("10.0.0.1:1".parse().unwrap(), "10.0.0.2:1".parse().unwrap());
+        let (mut a, mut b, a_addr, b_addr) = pair();
         let body: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         let mut sb = a.new_send_buf(body.len());
         sb.write(0, &body).unwrap();
@@ -870,28 +873,7 @@ mod tests {
         // 25 Gbit/s: unscheduled bytes (62,500) end inside the 45th packet,
         // and the 20 us NIC queue holds back part of them, so a GRANT can
         // arrive while unscheduled packets still wait.
-        let cfg = Config {
-            max_nic_queue_ns: Some(20_000),
-            ..Config::default()
-        };
-        let mut a = Endpoint::new(
-            Config {
-                rpc_id_seed: 3,
-                ..cfg.clone()
-            },
-            0,
-        )
-        .unwrap();
-        let mut b = Endpoint::new(
-            Config {
-                rpc_id_seed: 9,
-                ..cfg
-            },
-            0,
-        )
-        .unwrap();
-        let (a_addr, b_addr): (SocketAddr, SocketAddr) =
-            ("10.0.0.1:1".parse().unwrap(), "10.0.0.2:1".parse().unwrap());
+        let (mut a, mut b, a_addr, b_addr) = pair();
         let body = Bytes::from((0..300_000).map(|i| (i % 253) as u8).collect::<Vec<_>>());
         a.send_request(0, b_addr, body).unwrap();
         let mut out = Vec::new();

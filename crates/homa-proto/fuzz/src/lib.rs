@@ -671,7 +671,11 @@ struct Harness {
     dgram: Vec<u8>,
     /// Every message the engine accepted, by (from_client, peer, id): what
     /// its DATA packets must carry.
-    messages: BTreeMap<(bool, SocketAddr, u64), Expect>,
+    messages: BTreeMap<MsgKey, Expect>,
+    /// Where each accepted message's next retransmitted packet may start.
+    retx: BTreeMap<MsgKey, RetxTrack>,
+    /// The message of the last retransmitted packet, for `Counts::retransmitted`.
+    last_retx: Option<MsgKey>,
     /// Send buffers the script can reuse, with their content's seed.
     slots: [Option<(SendBuf, u8)>; BUF_SLOTS],
     /// Buffers that left their slot while in flight: they must come back.
@@ -681,6 +685,25 @@ struct Harness {
     /// The endpoint's payload bytes per packet (a send buffer's segment).
     segment: usize,
     counts: Counts,
+}
+
+/// A message as its DATA packets name it: (from_client, peer, RPC id).
+type MsgKey = (bool, SocketAddr, u64);
+
+/// Where a message's retransmitted packets may start. The engine resends a
+/// pending range packet after packet, each starting where the previous one
+/// ended (a send buffer's packet may end short, at a segment boundary); only
+/// a RESEND starts a range or moves its start (`handle_resend` takes the
+/// RESEND's offset, or merges it into a pending range as the lower of the
+/// two starts). So a retransmitted packet starts where the message's last
+/// one ended or at the offset of a RESEND received since; within one
+/// `Transmit` step, where nothing is received, that is contiguity.
+#[derive(Debug, Default)]
+struct RetxTrack {
+    /// End of the message's last retransmitted packet.
+    next: Option<usize>,
+    /// Offsets of RESENDs for the message's RPC id received since.
+    asked: BTreeSet<u32>,
 }
 
 /// What a sent message holds: byte `i` is `content_byte(seed, i)`.
@@ -706,7 +729,7 @@ struct Prepared {
 }
 
 /// What a script achieved, so that tests can check that seeds reach deep states.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
     pub requests: usize,
     pub responses: usize,
@@ -720,11 +743,15 @@ pub struct Counts {
     pub bursts: usize,
     /// Sends refused because the buffer was still in flight.
     pub in_flight_refused: usize,
+    /// Byte ranges retransmitted, consecutive packets of one message joined
+    /// (the first `MAX_RETX_RUNS` runs).
+    pub retransmitted: Vec<(usize, usize)>,
 }
 
 const MAX_KNOWN: usize = 32;
 const MAX_HELD: usize = 8;
 const MAX_PENDING: usize = 64;
+const MAX_RETX_RUNS: usize = 16;
 /// A correct engine has at most a few events per RPC; this only stops a buggy
 /// one from looping forever.
 const MAX_EVENTS_PER_DRAIN: usize = 100_000;
@@ -749,6 +776,8 @@ impl Harness {
             buf: Vec::new(),
             dgram: Vec::new(),
             messages: BTreeMap::new(),
+            retx: BTreeMap::new(),
+            last_retx: None,
             slots: Default::default(),
             retired: Vec::new(),
             next_seed: 1,
@@ -785,6 +814,22 @@ impl Harness {
         let from = self.addr(src);
         self.datagrams_in += 1;
         self.ep.handle_datagram(self.now, from, bytes);
+        self.note_resend(bytes);
+    }
+
+    /// A RESEND may start or move a retransmission of any message with its
+    /// RPC id (whatever its source and direction: a superset is safe).
+    fn note_resend(&mut self, datagram: &[u8]) {
+        let Ok(Decoded {
+            common,
+            packet: Packet::Resend(r),
+        }) = wire::decode(datagram)
+        else {
+            return;
+        };
+        for (_, t) in self.retx.iter_mut().filter(|(k, _)| k.2 == common.rpc_id) {
+            t.asked.insert(r.offset);
+        }
     }
 
     /// Raw bytes starting with 0xFF (never a valid version byte) are a GRO
@@ -797,6 +842,9 @@ impl Harness {
                 let segment = *seg as usize * 8 + 1;
                 self.datagrams_in += rest.len().div_ceil(segment).max(1);
                 self.ep.handle_datagrams(self.now, from, rest, segment);
+                for d in rest.chunks(segment) {
+                    self.note_resend(d);
+                }
             }
             _ => self.deliver(src, bytes),
         }
@@ -935,6 +983,9 @@ impl Harness {
                 );
             }
         }
+        if d.common.retransmit {
+            self.check_retransmit(key, off, payload.len());
+        }
         Some((id, off, payload.len()))
     }
 
@@ -1003,7 +1054,7 @@ impl Harness {
                 let p = self.prepare(*src, len % (max_len + 17));
                 let r = self.ep.send_response(self.now, rpc, p.out.clone());
                 if self.settle(&p, r.as_ref().err()) {
-                    self.messages.insert((false, rpc.peer, rpc.id), p.expect);
+                    self.accept((false, rpc.peer, rpc.id), p.expect);
                 }
             }
             Op::Request { dest, len, src } => {
@@ -1016,7 +1067,7 @@ impl Harness {
                     assert!(self.issued.insert(id), "RPC id {id} issued twice");
                     self.outstanding.insert(id);
                     self.learn(id);
-                    self.messages.insert((true, dest, id), p.expect);
+                    self.accept((true, dest, id), p.expect);
                 }
             }
             Op::Cancel { pick } => {
@@ -1035,6 +1086,45 @@ impl Harness {
             Op::Shutdown => self.ep.shutdown(),
         }
         self.check_bounds();
+    }
+
+    /// Records a message the engine took (replacing any earlier one of the
+    /// same key, which the engine no longer holds).
+    fn accept(&mut self, key: MsgKey, expect: Expect) {
+        self.messages.insert(key, expect);
+        self.retx.insert(key, RetxTrack::default());
+    }
+
+    /// A retransmitted DATA packet `[off, off + len)` of `key` starts where
+    /// [`RetxTrack`] allows.
+    fn check_retransmit(&mut self, key: MsgKey, off: usize, len: usize) {
+        let t = self.retx.entry(key).or_default();
+        let asked = u32::try_from(off).is_ok_and(|o| t.asked.contains(&o));
+        assert!(
+            t.next == Some(off) || asked,
+            "{key:?}: retransmitted DATA at {off} continues neither the last \
+             retransmitted packet (ended at {:?}) nor a RESEND since (at {:?})",
+            t.next,
+            t.asked
+        );
+        t.next = Some(off + len);
+        t.asked.clear();
+        // `last_retx` names the last run's message (None once runs are
+        // dropped, so that a dropped run's packets never extend a kept one).
+        let runs = &mut self.counts.retransmitted;
+        let same = self.last_retx == Some(key);
+        let full = runs.len() == MAX_RETX_RUNS;
+        self.last_retx = match runs.last_mut() {
+            Some(run) if same && run.1 == off => {
+                run.1 = off + len;
+                Some(key)
+            }
+            _ if full => None,
+            _ => {
+                runs.push((off, off + len));
+                Some(key)
+            }
+        };
     }
 
     /// The message a send step hands the engine.
@@ -1805,21 +1895,120 @@ mod tests {
                 "client-control-timeout" => c.responses + c.failures == 1,
                 "limits" => c.requests >= 1,
                 // The unscheduled packets (2) and the second request's
-                // first packets (3) in place; at least two retransmissions
-                // of 700..2832 (capped at the segment boundary 1416).
+                // first packets (3) in place; the RESEND 700+3000 is resent
+                // up to all that was sent (2832) without a gap, its first
+                // packet capped at the segment boundary 1416.
                 "buf-request" => {
                     c.responses == 1
                         && c.in_place >= 5
                         && c.bursts >= 1
                         && c.buf_data >= 7
                         && c.in_flight_refused == 1
+                        && c.retransmitted == [(700, 2832)]
                 }
-                // 3 packets in place, one retransmission 100..1416 and one
-                // 1416..2100.
-                "buf-response" => c.requests == 1 && c.in_place >= 3 && c.buf_data >= 5,
+                // 3 packets in place; the RESEND 100+2000 is resent as
+                // 100..1416 and 1416..2832 (whole packets up to its end).
+                "buf-response" => {
+                    c.requests == 1
+                        && c.in_place >= 3
+                        && c.buf_data >= 5
+                        && c.retransmitted == [(100, 2832)]
+                }
                 _ => panic!("no goal for seed {name}"),
             };
             assert!(ok, "seed {name}: {c:?}");
         }
+    }
+
+    /// A harness holding one buffer request (id 77, 5000 bytes) to
+    /// `addrs()[1]`, and a retransmitted DATA packet of it.
+    fn retx_harness() -> (Harness, impl Fn(usize, usize) -> Vec<u8>) {
+        let mut h = Harness::new();
+        let expect = Expect {
+            len: 5000,
+            seed: 9,
+            buf: true,
+        };
+        h.issued.insert(77);
+        h.accept((true, addrs()[1], 77), expect);
+        let data = |off: usize, end: usize| {
+            let common = CommonHeader {
+                from_client: true,
+                retransmit: true,
+                rpc_id: 77,
+                send_time: 1,
+                echo_time: 0,
+            };
+            let header = DataHeader {
+                message_length: 5000,
+                offset: off as u32,
+                unsched_bytes: 5000,
+                cutoff_version: 0,
+                ack: 0,
+            };
+            let payload: Vec<u8> = (off..end).map(|i| content_byte(9, i)).collect();
+            let mut out = Vec::new();
+            let body = Body::Data {
+                header,
+                payload: &payload,
+            };
+            wire::encode(&mut out, &common, &body, false);
+            out
+        };
+        (h, data)
+    }
+
+    fn resend_for_77(offset: u32) -> Vec<u8> {
+        let common = CommonHeader {
+            from_client: false,
+            retransmit: false,
+            rpc_id: 77,
+            send_time: 1,
+            echo_time: 0,
+        };
+        let r = Resend {
+            offset,
+            length: 3000,
+            priority: 0,
+        };
+        let mut out = Vec::new();
+        wire::encode(&mut out, &common, &Body::Resend(r), false);
+        out
+    }
+
+    /// Retransmissions that start at a RESEND's offset and go on packet by
+    /// packet (short packets at segment boundaries included) pass, and are
+    /// counted as runs.
+    #[test]
+    fn contiguous_retransmissions_pass() {
+        let (mut h, data) = retx_harness();
+        let dest = addrs()[1];
+        h.note_resend(&resend_for_77(700));
+        for (off, end) in [(700, 1416), (1416, 2832)] {
+            h.check_datagram(dest, 0, &data(off, end));
+        }
+        // A later RESEND lower than the pending start moves it there.
+        h.note_resend(&resend_for_77(100));
+        h.check_datagram(dest, 0, &data(100, 1416));
+        assert_eq!(h.counts.retransmitted, [(700, 2832), (100, 1416)]);
+    }
+
+    /// The engine bug fixed in 533cf1f: after a short packet at a segment
+    /// boundary, the next one started a whole packet after the first.
+    #[test]
+    #[should_panic(expected = "continues neither")]
+    fn a_gap_in_a_retransmission_fails() {
+        let (mut h, data) = retx_harness();
+        let dest = addrs()[1];
+        h.note_resend(&resend_for_77(700));
+        h.check_datagram(dest, 0, &data(700, 1416));
+        h.check_datagram(dest, 0, &data(2116, 2832));
+    }
+
+    #[test]
+    #[should_panic(expected = "continues neither")]
+    fn a_retransmission_nobody_asked_for_fails() {
+        let (mut h, data) = retx_harness();
+        h.check_datagram(addrs()[1], 0, &data(0, 1416));
     }
 }

@@ -516,16 +516,18 @@ impl Endpoint {
         let Some(key) = self.server_rpc(rpc) else {
             return Err(SendError::UnknownRpc);
         };
-        if self.rpcs[key as usize].as_ref().unwrap().state != RpcState::ServerInService {
+        // Checked before the message is taken, so that a refused send
+        // leaves a send buffer free.
+        let (state, pk) = {
+            let r = self.rpcs[key as usize].as_ref().unwrap();
+            (r.state, r.peer_key)
+        };
+        if state != RpcState::ServerInService {
             return Err(SendError::UnknownRpc);
         }
         let response = self.payload(response.into())?;
-        let pk = self.rpcs[key as usize].as_ref().unwrap().peer_key;
         let unsched_priority = self.peers.unsched_priority(pk, response.len() as u32);
         let r = self.rpcs[key as usize].as_mut().unwrap();
-        if r.state != RpcState::ServerInService {
-            return Err(SendError::UnknownRpc);
-        }
         r.state = RpcState::ServerResponding;
         r.out = Some(OutMsg::new(response, self.unsched_bytes, unsched_priority));
         r.last_heard = now;

@@ -771,20 +771,6 @@ impl TxQueue {
         FlushOutcome::Done
     }
 
-    /// Packets `[a, b)` as one slice, if they are consecutive whole packets
-    /// of one send buffer (headers in place): sent from there, no gather.
-    fn in_place_run(&self, a: usize, b: usize) -> Option<&[u8]> {
-        let first = self.meta[a];
-        let mut end = first.pay_at as usize;
-        for m in &self.meta[a..b] {
-            if m.head_len != 0 || m.payload != first.payload || m.pay_at as usize != end {
-                return None;
-            }
-            end += m.len;
-        }
-        Some(&self.payloads[first.payload as usize][first.pay_at as usize..end])
-    }
-
     /// Prepares the packet at `head` for `sendto`: its bytes in `lone`
     /// (in `staging`, or in place in a send buffer), its destination in
     /// `names[0]` (no message header, no cmsg).
@@ -793,8 +779,10 @@ impl TxQueue {
         self.groups.clear();
         self.groups.push((self.head, self.head + 1));
         self.lone_namelen = write_sockaddr(&m.dest, sock.is_v6(), &mut self.names[0]);
-        if let Some(run) = self.in_place_run(self.head, self.head + 1) {
-            self.lone = (run.as_ptr(), run.len());
+        if m.head_len == 0 {
+            // A whole packet in place in a send buffer.
+            let p = &self.payloads[m.payload as usize][m.pay_at as usize..][..m.len];
+            self.lone = (p.as_ptr(), p.len());
             return;
         }
         self.staging.clear();

@@ -421,7 +421,9 @@ impl Endpoint {
     /// `buf` receives the headers only, and the payload comes back as a slice
     /// of the message's `Bytes`, to be sent right after them (one `sendmsg`
     /// with two iovecs). `Transmit::len` is the whole datagram's length. The
-    /// payload is empty for control packets.
+    /// payload is empty for control packets. A first transmission from a
+    /// [`crate::SendBuf`] leaves `buf` empty and returns the whole packet,
+    /// its header written in place, as the payload.
     pub fn poll_transmit_split(
         &mut self,
         now: Time,

@@ -155,6 +155,7 @@ impl Endpoint {
 
     /// Sends the next new packet of `key`, chosen when `first` headed the
     /// SRPT order, and accrues the FIFO share's credit.
+    #[inline(always)]
     fn send_chosen(
         &mut self,
         now: Time,
@@ -325,6 +326,7 @@ impl Endpoint {
     /// Returns the packet and the end of its payload (a packet from a send
     /// buffer may stop short, at a segment boundary).
     // One call per packet on the hot path: plain arguments, no option struct.
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn encode_data(
         &mut self,
@@ -437,6 +439,7 @@ impl Endpoint {
     }
 
     /// Sends the next new packet of RPC `key`.
+    #[inline(always)]
     fn send_data(
         &mut self,
         now: Time,

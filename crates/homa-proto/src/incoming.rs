@@ -291,9 +291,8 @@ impl Endpoint {
         let inc = rpc.inc.as_mut().unwrap();
         self.incoming_total -= inc.outstanding();
         self.grants_settled = false;
-        let alloc = inc.alloc.take().unwrap();
+        let message = self.pool.take_message(inc.alloc.as_mut().unwrap());
         rpc.inc = None;
-        let message = self.pool.into_message(alloc);
         if rpc.is_client {
             let (id, peer, pk) = (rpc.id, rpc.peer, rpc.peer_key);
             self.events.push_back(Event::Response {

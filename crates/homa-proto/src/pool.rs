@@ -648,6 +648,22 @@ impl Pool {
         }
     }
 
+    /// [`Self::into_message`] of an allocation left in place: its length and
+    /// layout move into the message and the husk left behind holds nothing
+    /// (dropping it releases nothing). Spares moving the allocation through
+    /// the stack first, whose copy stalled on the move's narrow stores.
+    pub(crate) fn take_message(&mut self, alloc: &mut Allocation) -> Message {
+        assert!(
+            alloc.shared == self.shared,
+            "allocation belongs to another pool"
+        );
+        Message {
+            len: std::mem::take(&mut alloc.len),
+            layout: std::mem::replace(&mut alloc.layout, Layout::empty()),
+            shared: alloc.shared,
+        }
+    }
+
     /// Total capacity in bytes.
     pub fn capacity(&self) -> usize {
         self.shared().bpages() * BPAGE_SIZE

@@ -36,11 +36,16 @@ async fn many_tasks_call_an_async_server() {
         tasks.push(tokio::spawn(async move {
             for i in 0..25u64 {
                 let len = [0usize, 10, 2000, 70_000][(i % 4) as usize];
-                let m = client
-                    .call_async(addr, payload(len, t * 100 + i))
-                    .await
-                    .unwrap();
-                assert!(m == payload(len, t * 100 + i)[..]);
+                let data = payload(len, t * 100 + i);
+                // Every other call from a send buffer (zero-copy transmit).
+                let m = if i % 2 == 0 {
+                    client.call_async(addr, data.clone()).await.unwrap()
+                } else {
+                    let mut b = client.new_send_buf(len);
+                    b.write(0, &data).unwrap();
+                    client.call_async(addr, b).await.unwrap()
+                };
+                assert!(m == data[..]);
             }
         }));
     }

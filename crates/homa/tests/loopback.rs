@@ -187,6 +187,13 @@ fn ipv6_loopback_and_dual_stack() {
     for len in [10usize, 3000, 200_000] {
         let m = client.call(server.local_addr(), payload(len, 3)).unwrap();
         assert!(m == payload(len, 3)[..]);
+        // The same from a send buffer: IPv6 packets carry fewer payload
+        // bytes (1,396 at MTU 1500), and the buffer follows the endpoint's.
+        let mut b = client.new_send_buf(len);
+        b.write(0, &payload(len, 4)).unwrap();
+        assert_eq!(b.segment(), 1396, "MTU 1500 over IPv6: 1452-byte packets");
+        let m = client.call(server.local_addr(), b).unwrap();
+        assert!(m == payload(len, 4)[..]);
     }
     // A v6 socket bound to ::1 cannot reach a v4 peer: a clear error.
     let v4: SocketAddr = "127.0.0.1:9".parse().unwrap();

@@ -383,7 +383,7 @@ impl Endpoint {
         let in_place = match out.data.lease() {
             Some(lease) if !retransmit && (headers_only || self.split_mode) => {
                 debug_assert_eq!(offset % dpp, 0, "first transmissions are whole packets");
-                let mut words = wire::data_header_words(&common, &header);
+                let mut words = wire::data_header_words(&common, &header, payload.len());
                 if self.config.checksum {
                     wire::checksum_header_words(&mut words, payload);
                 }

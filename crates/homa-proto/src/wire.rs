@@ -1,13 +1,21 @@
-//! The Homa wire format (version 1), carried in UDP payloads.
+//! The Homa wire format (version 2), carried in UDP payloads.
 //!
 //! Layout and semantics are specified in `docs/wire-format.md`. All integers are
 //! little-endian. Decoding borrows from the input buffer (no copies) and every
 //! malformed input yields a [`DecodeError`], never a panic.
+//!
+//! Version 2 makes every packet self-delimiting: DATA states its payload length
+//! and ACK its id count, where version 1 left both implied by the datagram's
+//! length. So a datagram that UDP GRO coalesced from several packets can be
+//! split without the kernel's segment size ([`coalesced_segment`]), e.g. after
+//! a plain `recvfrom`. The bytes used were reserved (must be zero) in version 1,
+//! so a version-1 receiver rejects version-2 packets rather than misreading
+//! them, and the version byte changes anyway.
 
 use thiserror::Error;
 
 /// Wire-format version carried in the first byte of every packet.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes of the header shared by every packet type.
 pub const COMMON_HEADER_LEN: usize = 32;
 /// Bytes of the DATA-specific header that follows the common header.
@@ -18,6 +26,13 @@ pub const DATA_PACKET_OVERHEAD: usize = COMMON_HEADER_LEN + DATA_HEADER_LEN;
 pub const MAX_PRIORITIES: usize = 8;
 /// Most RPC ids one ACK packet may carry.
 pub const MAX_ACKS_PER_PACKET: usize = 32;
+
+/// Byte of the common header that holds an ACK's id count (reserved, zero, in
+/// every other type).
+const ACK_COUNT_AT: usize = 3;
+/// Offset of a DATA packet's `payload_length` (u16) from the packet's start.
+/// A u16 suffices: `Config` caps packets at 65,000 bytes.
+const PAYLOAD_LEN_AT: usize = COMMON_HEADER_LEN + 14;
 
 const FLAG_FROM_CLIENT: u8 = 0x01;
 const FLAG_RETRANSMIT: u8 = 0x02;
@@ -92,7 +107,8 @@ pub struct CommonHeader {
     pub echo_time: u64,
 }
 
-/// DATA: a contiguous range of a message's bytes.
+/// DATA: a contiguous range of a message's bytes. The payload length is on
+/// the wire (bytes 46..48) but not here: the payload slice carries it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DataHeader {
     /// Total length of the message.
@@ -249,7 +265,9 @@ pub enum DecodeError {
     BadUnsched(u32, u32),
     #[error("priority {0} out of range")]
     BadPriority(u8),
-    #[error("ACK list has {0} bytes, not a multiple of 8 up to the limit")]
+    /// An ACK declares more ids than [`MAX_ACKS_PER_PACKET`] (the value is
+    /// the declared count).
+    #[error("ACK declares {0} ids, more than the limit")]
     BadAckList(usize),
     #[error("RPC id 0 is reserved")]
     ZeroRpcId,
@@ -290,7 +308,14 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
     if flags & !KNOWN_FLAGS != 0 {
         return Err(DecodeError::BadFlags(flags));
     }
-    check_reserved(&buf[3..4])?;
+    // Byte 3 is the ACK's id count; reserved in every other type.
+    if ptype == PacketType::Ack {
+        if buf[ACK_COUNT_AT] as usize > MAX_ACKS_PER_PACKET {
+            return Err(DecodeError::BadAckList(buf[ACK_COUNT_AT] as usize));
+        }
+    } else {
+        check_reserved(&buf[3..4])?;
+    }
     let common = CommonHeader {
         from_client: flags & FLAG_FROM_CLIENT != 0,
         retransmit: flags & FLAG_RETRANSMIT != 0,
@@ -323,7 +348,10 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             if body.len() < DATA_HEADER_LEN {
                 return Err(DecodeError::Truncated(buf.len()));
             }
-            check_reserved(&body[14..16])?;
+            // The datagram holds exactly the declared payload: a cut or
+            // padded datagram is caught here, not only by the checksum.
+            let declared = u16_at(buf, PAYLOAD_LEN_AT) as usize;
+            exact(DATA_HEADER_LEN + declared)?;
             let header = DataHeader {
                 message_length: u32_at(body, 0),
                 offset: u32_at(body, 4),
@@ -393,19 +421,55 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             })
         }
         PacketType::Ack => {
-            if !body.len().is_multiple_of(8) || body.len() > 8 * MAX_ACKS_PER_PACKET {
-                return Err(DecodeError::BadAckList(body.len()));
-            }
+            // The count (byte 3) was bounded above.
+            exact(8 * buf[ACK_COUNT_AT] as usize)?;
             Packet::Ack(AckList { raw: body })
         }
     };
     Ok(Decoded { common, packet })
 }
 
+/// The length of the packet at the start of `buf` as its own header
+/// declares it: fixed for most types, 56 + payload_length for DATA,
+/// 32 + 8 × count for ACK. `None` if `buf` is shorter than the bytes
+/// needed to tell, or its version/type is unknown. Cheap (a few byte
+/// reads, no validation beyond that): it is on the receive fast path.
+#[inline]
+pub fn packet_len(buf: &[u8]) -> Option<usize> {
+    if *buf.first()? != VERSION {
+        return None;
+    }
+    Some(match PacketType::from_u8(*buf.get(1)?)? {
+        PacketType::Data => {
+            let at = buf.get(PAYLOAD_LEN_AT..PAYLOAD_LEN_AT + 2)?;
+            DATA_PACKET_OVERHEAD + u16::from_le_bytes([at[0], at[1]]) as usize
+        }
+        PacketType::Grant => COMMON_HEADER_LEN + 8,
+        PacketType::Resend => COMMON_HEADER_LEN + 12,
+        PacketType::RpcUnknown | PacketType::Busy | PacketType::NeedAck => COMMON_HEADER_LEN,
+        PacketType::Cutoffs => COMMON_HEADER_LEN + 4 + 4 * MAX_PRIORITIES,
+        PacketType::Ack => COMMON_HEADER_LEN + 8 * *buf.get(ACK_COUNT_AT)? as usize,
+    })
+}
+
+/// The segment size to cut a received datagram into when the kernel did not
+/// say (no GRO control message): the first packet's declared length if it is
+/// shorter than the datagram (GRO coalesced equal-size packets, only the last
+/// may be shorter), otherwise the whole datagram. Never 0.
+#[inline]
+pub fn coalesced_segment(datagram: &[u8]) -> usize {
+    match packet_len(datagram) {
+        // Every declared length is at least the 32-byte header, never 0.
+        Some(n) if n < datagram.len() => n,
+        _ => datagram.len().max(1),
+    }
+}
+
 /// Appends an encoded packet to `out` (which is normally empty) and fills in its
 /// checksum if `checksum` is set (otherwise the field is zero).
 ///
-/// Panics only on caller bugs: an ACK list longer than [`MAX_ACKS_PER_PACKET`].
+/// Panics only on caller bugs: an ACK list longer than [`MAX_ACKS_PER_PACKET`],
+/// or a DATA payload longer than 65,535 bytes.
 pub fn encode(out: &mut Vec<u8>, common: &CommonHeader, body: &Body<'_>, checksum: bool) {
     encode_inner(out, common, body, checksum, true)
 }
@@ -422,8 +486,15 @@ pub fn encode_headers(out: &mut Vec<u8>, common: &CommonHeader, body: &Body<'_>,
 /// byte-by-byte construction in a scratch array that is then copied made
 /// every wide load of the copy wait for the narrow stores to retire (store
 /// forwarding fails): several ns per packet on the transmit hot path.
+/// `payload_len` is the number of payload bytes that will follow; it must fit
+/// a u16, which `Config`'s 65,000-byte packet limit guarantees.
 #[inline]
-pub(crate) fn data_header_words(common: &CommonHeader, header: &DataHeader) -> [u64; 7] {
+pub(crate) fn data_header_words(
+    common: &CommonHeader,
+    header: &DataHeader,
+    payload_len: usize,
+) -> [u64; 7] {
+    debug_assert!(payload_len <= u16::MAX as usize, "DATA payload too long");
     let mut flags = 0u64;
     if common.from_client {
         flags |= FLAG_FROM_CLIENT as u64;
@@ -437,7 +508,9 @@ pub(crate) fn data_header_words(common: &CommonHeader, header: &DataHeader) -> [
         common.send_time,
         common.echo_time,
         header.message_length as u64 | (header.offset as u64) << 32,
-        header.unsched_bytes as u64 | (header.cutoff_version as u64) << 32,
+        header.unsched_bytes as u64
+            | (header.cutoff_version as u64) << 32
+            | (payload_len as u64 & 0xffff) << 48,
         header.ack,
     ]
 }
@@ -473,7 +546,11 @@ fn encode_inner(
 ) {
     let start = out.len();
     if let Body::Data { header, payload } = body {
-        let mut words = data_header_words(common, header);
+        assert!(
+            payload.len() <= u16::MAX as usize,
+            "DATA payload too long for one packet"
+        );
+        let mut words = data_header_words(common, header, payload.len());
         if checksum {
             checksum_header_words(&mut words, payload);
         }
@@ -501,7 +578,12 @@ fn encode_inner(
     // Headers are built in fixed-size arrays and appended at once: one
     // capacity check per packet rather than one per field.
     let mut h = [0u8; COMMON_HEADER_LEN];
-    h[..4].copy_from_slice(&[VERSION, ptype as u8, flags, 0]);
+    // Byte 3: the id count of an ACK (checked below), 0 for other types.
+    let count = match body {
+        Body::Ack(ids) => ids.len() as u8,
+        _ => 0,
+    };
+    h[..4].copy_from_slice(&[VERSION, ptype as u8, flags, count]);
     h[8..16].copy_from_slice(&common.rpc_id.to_le_bytes());
     h[16..24].copy_from_slice(&common.send_time.to_le_bytes());
     h[24..32].copy_from_slice(&common.echo_time.to_le_bytes());
@@ -786,7 +868,7 @@ mod tests {
             send_time: 0x1817_1615_1413_1211,
             echo_time: 0x2827_2625_2423_2221,
         };
-        let mut header = vec![1, 0, 3, 0, 0, 0, 0, 0];
+        let mut header = vec![2, 0, 3, 0, 0, 0, 0, 0];
         header.extend(1..=8u8);
         header.extend(0x11..=0x18u8);
         header.extend(0x21..=0x28u8);
@@ -805,7 +887,7 @@ mod tests {
         };
         #[rustfmt::skip]
         let data_body = [
-            0x00, 0x01, 0, 0, 0xf0, 0, 0, 0, 0x80, 0, 0, 0, 0x01, 0x02, 0, 0,
+            0x00, 0x01, 0, 0, 0xf0, 0, 0, 0, 0x80, 0, 0, 0, 0x01, 0x02, 2, 0,
             0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, b'h', b'i',
         ];
         assert_eq!(
@@ -849,10 +931,22 @@ mod tests {
         cut_body.extend_from_slice(&[0x0d, 0x0c, 0x0b, 0x0a]);
         assert_eq!(enc(&c, &Body::Cutoffs(cut), false), with(6, &cut_body));
         assert_eq!(enc(&c, &Body::NeedAck, false), with(7, &[]));
-        assert_eq!(
-            enc(&c, &Body::Ack(&[0x0807_0605_0403_0201, 9]), false),
-            with(8, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 0, 0, 0, 0, 0])
+        // ACK: byte 3 is the id count.
+        let mut ack = with(8, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 0, 0, 0, 0, 0]);
+        ack[3] = 2;
+        assert_eq!(enc(&c, &Body::Ack(&[0x0807_0605_0403_0201, 9]), false), ack);
+        // DATA: payload_length is a u16 at 46..48, e.g. 0x0201 bytes.
+        let long = vec![7u8; 0x0201];
+        let bytes = enc(
+            &c,
+            &Body::Data {
+                header: DataHeader { offset: 0, ..data },
+                payload: &long,
+            },
+            false,
         );
+        assert_eq!(bytes[46..48], [0x01, 0x02]);
+        assert_eq!(bytes.len(), 56 + 0x0201);
         // Flag bits individually.
         let only = |from_client, retransmit| {
             enc(
@@ -936,9 +1030,11 @@ mod tests {
         *pay.last_mut().unwrap() = b'!';
         assert!(decode(&pay).is_ok());
         assert!(!verify_checksum(&pay, false));
-        // Truncating a DATA packet leaves it well-formed; only the checksum tells.
+        // Truncation is caught by the checksum as well as (since version 2,
+        // which declares the payload length) by the decoder.
         for len in COMMON_HEADER_LEN..good.len() {
             assert!(!verify_checksum(&good[..len], false), "len {len}");
+            assert_eq!(decode(&good[..len]), Err(DecodeError::Truncated(len)));
         }
         // Appending bytes is caught too.
         let mut long = good.clone();
@@ -1013,31 +1109,17 @@ mod tests {
                     assert_eq!(got, Err(DecodeError::Truncated(cut)), "{body:?} at {cut}");
                     continue;
                 }
-                let body_len = cut - COMMON_HEADER_LEN;
                 match body_type(&body) {
-                    PacketType::Data if cut < DATA_PACKET_OVERHEAD => {
-                        assert_eq!(got, Err(DecodeError::Truncated(cut)))
-                    }
-                    PacketType::Data if cut == DATA_PACKET_OVERHEAD => {
-                        assert_eq!(got, Err(DecodeError::EmptyData))
-                    }
-                    // A shorter payload is still a valid DATA packet: only the
-                    // checksum can reveal this truncation.
-                    PacketType::Data => match got.unwrap().packet {
-                        Packet::Data { payload, .. } => {
-                            assert_eq!(payload, &PAYLOAD[..cut - DATA_PACKET_OVERHEAD])
-                        }
-                        p => panic!("{p:?}"),
-                    },
-                    PacketType::Ack if body_len % 8 != 0 => {
-                        assert_eq!(got, Err(DecodeError::BadAckList(body_len)))
-                    }
-                    // Likewise a shorter ACK list.
-                    PacketType::Ack => match got.unwrap().packet {
-                        Packet::Ack(list) => assert_eq!(list.len(), body_len / 8),
-                        p => panic!("{p:?}"),
-                    },
-                    PacketType::Grant | PacketType::Resend | PacketType::Cutoffs => {
+                    // Every type is now cut short detectably. For a DATA
+                    // payload or an ACK list that was new in version 2: in
+                    // version 1 a cut at a whole id, or anywhere in the
+                    // payload, left a valid shorter packet that only the
+                    // checksum could reveal.
+                    PacketType::Data
+                    | PacketType::Ack
+                    | PacketType::Grant
+                    | PacketType::Resend
+                    | PacketType::Cutoffs => {
                         assert_eq!(got, Err(DecodeError::Truncated(cut)), "{body:?} at {cut}")
                     }
                     PacketType::RpcUnknown | PacketType::Busy | PacketType::NeedAck => {
@@ -1048,42 +1130,21 @@ mod tests {
         }
     }
 
+    /// Every type declares its length, so bytes beyond it are rejected. For
+    /// DATA and ACK this is new in version 2 (a longer payload inside the
+    /// message, or whole extra ids, used to decode as a different packet).
     #[test]
     fn trailing_bytes() {
         for (body, _) in samples() {
-            // A DATA packet that ends at the end of its message: extra bytes
-            // would lie beyond it.
-            let body = match body {
-                Body::Data { header, payload } => Body::Data {
-                    header: DataHeader {
-                        offset: header.message_length - payload.len() as u32,
-                        ..header
-                    },
-                    payload,
-                },
-                b => b,
-            };
             for extra in [1usize, 7, 8, 100] {
                 let mut bytes = valid(&body);
                 bytes.extend_from_slice(&vec![0xaa; extra]);
-                let got = decode(&bytes);
                 let t = body_type(&body);
-                match t {
-                    PacketType::Data => assert_eq!(
-                        got,
-                        Err(DecodeError::DataOutOfRange {
-                            offset: 100 - PAYLOAD.len() as u32,
-                            len: PAYLOAD.len() + extra,
-                            message_length: 100
-                        })
-                    ),
-                    PacketType::Ack if extra % 8 != 0 => {
-                        assert_eq!(got, Err(DecodeError::BadAckList(24 + extra)))
-                    }
-                    // More ids: a different, valid ACK.
-                    PacketType::Ack => assert!(got.is_ok()),
-                    _ => assert_eq!(got, Err(DecodeError::TrailingBytes(t, extra)), "{t:?}"),
-                }
+                assert_eq!(
+                    decode(&bytes),
+                    Err(DecodeError::TrailingBytes(t, extra)),
+                    "{t:?}"
+                );
             }
         }
     }
@@ -1091,7 +1152,8 @@ mod tests {
     #[test]
     fn bad_version() {
         for (body, _) in samples() {
-            for v in [0u8, 2, 0x81, 255] {
+            // 1: a version-1 packet is rejected, not half-understood.
+            for v in [0u8, 1, 3, 0x81, 255] {
                 let mut bytes = valid(&body);
                 bytes[0] = v;
                 assert_eq!(decode(&bytes), Err(DecodeError::BadVersion(v)));
@@ -1125,24 +1187,44 @@ mod tests {
                 b[2] |= 1 << bit;
                 assert_eq!(decode(&b), Err(DecodeError::BadFlags(b[2])));
             }
+            if body_type(&body) == PacketType::Ack {
+                continue;
+            }
             for v in [1u8, 0x80] {
                 let mut b = good.clone();
                 b[3] = v;
                 assert_eq!(decode(&b), Err(DecodeError::BadFlags(v)));
             }
         }
+        // In an ACK, byte 3 is the id count: it must agree with the body (3
+        // ids, 24 bytes) and stay within the limit.
+        let good = valid(&Body::Ack(&ACKS));
+        assert_eq!(good[3], 3);
+        let with_count = |n: u8| {
+            let mut b = good.clone();
+            b[3] = n;
+            decode(&b).map(|_| ())
+        };
+        assert_eq!(
+            with_count(0),
+            Err(DecodeError::TrailingBytes(PacketType::Ack, 24))
+        );
+        assert_eq!(
+            with_count(2),
+            Err(DecodeError::TrailingBytes(PacketType::Ack, 8))
+        );
+        assert_eq!(with_count(4), Err(DecodeError::Truncated(good.len())));
+        assert_eq!(with_count(32), Err(DecodeError::Truncated(good.len())));
+        for n in [33u8, 0x80, 255] {
+            assert_eq!(with_count(n), Err(DecodeError::BadAckList(n as usize)));
+        }
     }
 
     #[test]
     fn reserved_body_bytes_must_be_zero() {
-        let cases: [(Body<'static>, &[usize]); 4] = [
-            (
-                Body::Data {
-                    header: DATA_HDR,
-                    payload: PAYLOAD,
-                },
-                &[14, 15],
-            ),
+        // DATA's bytes 14..16 were reserved in version 1; now they are its
+        // payload length (see `wrong_payload_length`).
+        let cases: [(Body<'static>, &[usize]); 3] = [
             (Body::Grant(GRANT), &[5, 6, 7]),
             (Body::Resend(RESEND), &[9, 10, 11]),
             (Body::Cutoffs(CUTOFFS), &[2, 3]),
@@ -1158,6 +1240,33 @@ mod tests {
                     "{body:?} +{at}"
                 );
             }
+        }
+    }
+
+    /// A DATA packet's declared payload length must match the datagram's.
+    #[test]
+    fn wrong_payload_length() {
+        let good = valid(&Body::Data {
+            header: DATA_HDR,
+            payload: PAYLOAD,
+        });
+        let n = PAYLOAD.len() as u16;
+        assert_eq!(u16_at(&good, 46), n);
+        let declaring = |declared: u16| {
+            let mut b = good.clone();
+            b[46..48].copy_from_slice(&declared.to_le_bytes());
+            decode(&b).map(|_| ())
+        };
+        assert!(declaring(n).is_ok());
+        for (d, extra) in [(0, 16), (1, 15), (n - 1, 1)] {
+            assert_eq!(
+                declaring(d),
+                Err(DecodeError::TrailingBytes(PacketType::Data, extra)),
+                "{d}"
+            );
+        }
+        for d in [n + 1, 0x0100, 0x1000, u16::MAX] {
+            assert_eq!(declaring(d), Err(DecodeError::Truncated(good.len())), "{d}");
         }
     }
 
@@ -1266,12 +1375,18 @@ mod tests {
             payload: b"",
         };
         assert_eq!(decode(&valid(&unsched)), Err(DecodeError::BadUnsched(1, 0)));
-        // Any bytes at all are beyond a zero-length message.
+        // Any byte after the header is beyond the declared (empty) payload.
         let mut one = valid(&Body::Data {
             header: empty,
             payload: b"",
         });
         one.push(0);
+        assert_eq!(
+            decode(&one),
+            Err(DecodeError::TrailingBytes(PacketType::Data, 1))
+        );
+        // Declared too: then it lies beyond the message.
+        one[46] = 1;
         assert_eq!(
             decode(&one),
             Err(DecodeError::DataOutOfRange {
@@ -1317,38 +1432,97 @@ mod tests {
     fn ack_list_shape() {
         let ids = [7u64; MAX_ACKS_PER_PACKET];
         let full = valid(&Body::Ack(&ids));
+        assert_eq!(full[3] as usize, MAX_ACKS_PER_PACKET);
+        // A partial last id: the body is shorter than the 32 declared.
         for extra in 1..8 {
             let mut b = full[..full.len() - 8].to_vec();
             b.extend_from_slice(&vec![0; extra]);
-            assert_eq!(decode(&b), Err(DecodeError::BadAckList(31 * 8 + extra)));
+            assert_eq!(decode(&b), Err(DecodeError::Truncated(b.len())));
         }
+        // A 33rd id behind a count of 32 is trailing; a count of 33 is over
+        // the limit whatever the body.
         let mut too_long = full.clone();
         too_long.extend_from_slice(&7u64.to_le_bytes());
-        assert_eq!(decode(&too_long), Err(DecodeError::BadAckList(33 * 8)));
+        assert_eq!(
+            decode(&too_long),
+            Err(DecodeError::TrailingBytes(PacketType::Ack, 8))
+        );
+        too_long[3] = 33;
+        assert_eq!(decode(&too_long), Err(DecodeError::BadAckList(33)));
     }
 
     /// Checks happen in a fixed order (documented): length, version, type,
-    /// flags, reserved header byte, RPC id, then per-type rules.
+    /// flags, header byte 3 (reserved, or an ACK's count limit), RPC id, then
+    /// per-type rules (length first, then reserved bytes, then values).
     #[test]
     fn error_precedence() {
         let mut b = valid(&Body::Grant(Grant {
             priority: 9,
             ..GRANT
         }));
-        b[0] = 2;
+        b[0] = 1;
         b[1] = 99;
         b[2] = 0xff;
+        b[3] = 0x10;
         b[8..16].fill(0);
+        b[COMMON_HEADER_LEN + 5] = 0x20;
+        b.push(0);
         assert_eq!(decode(&b[..31]), Err(DecodeError::Truncated(31)));
-        assert_eq!(decode(&b), Err(DecodeError::BadVersion(2)));
-        b[0] = 1;
+        assert_eq!(decode(&b), Err(DecodeError::BadVersion(1)));
+        b[0] = VERSION;
         assert_eq!(decode(&b), Err(DecodeError::UnknownType(99)));
         b[1] = 2;
         assert_eq!(decode(&b), Err(DecodeError::BadFlags(0xff)));
         b[2] = 0;
+        assert_eq!(decode(&b), Err(DecodeError::BadFlags(0x10)));
+        b[3] = 0;
         assert_eq!(decode(&b), Err(DecodeError::ZeroRpcId));
         b[8] = 1;
+        assert_eq!(
+            decode(&b),
+            Err(DecodeError::TrailingBytes(PacketType::Grant, 1))
+        );
+        b.pop();
+        assert_eq!(decode(&b), Err(DecodeError::BadFlags(0x20)));
+        b[COMMON_HEADER_LEN + 5] = 0;
         assert_eq!(decode(&b), Err(DecodeError::BadPriority(9)));
+
+        // ACK: the count limit comes where other types check byte 3 (before
+        // the RPC id), the body length after it.
+        let mut a = valid(&Body::Ack(&ACKS));
+        a[3] = 40;
+        a[8..16].fill(0);
+        a.push(0);
+        assert_eq!(decode(&a), Err(DecodeError::BadAckList(40)));
+        a[3] = 3;
+        assert_eq!(decode(&a), Err(DecodeError::ZeroRpcId));
+        a[8] = 1;
+        assert_eq!(
+            decode(&a),
+            Err(DecodeError::TrailingBytes(PacketType::Ack, 1))
+        );
+
+        // DATA: the payload length before the range and unscheduled checks.
+        let mut d = valid(&Body::Data {
+            header: DataHeader {
+                offset: 99,
+                unsched_bytes: 1000,
+                ..DATA_HDR
+            },
+            payload: PAYLOAD,
+        });
+        d.push(0);
+        assert_eq!(
+            decode(&d),
+            Err(DecodeError::TrailingBytes(PacketType::Data, 1))
+        );
+        d.pop();
+        assert!(matches!(
+            decode(&d),
+            Err(DecodeError::DataOutOfRange { .. })
+        ));
+        d[36] = 0;
+        assert_eq!(decode(&d), Err(DecodeError::BadUnsched(1000, 100)));
     }
 
     #[test]
@@ -1372,5 +1546,158 @@ mod tests {
         ];
         let texts: std::collections::HashSet<_> = all.iter().map(|e| e.to_string()).collect();
         assert_eq!(texts.len(), all.len());
+    }
+
+    #[test]
+    fn packet_len_of_every_type() {
+        for (body, len) in samples() {
+            for checksum in [false, true] {
+                let bytes = enc(&common(true, false), &body, checksum);
+                assert_eq!(packet_len(&bytes), Some(len), "{body:?}");
+                // The header alone says it; for DATA the first 48 bytes.
+                let needed = match body_type(&body) {
+                    PacketType::Data => PAYLOAD_LEN_AT + 2,
+                    PacketType::Ack => ACK_COUNT_AT + 1,
+                    _ => 2,
+                };
+                assert_eq!(packet_len(&bytes[..needed]), Some(len), "{body:?}");
+                assert_eq!(packet_len(&bytes[..needed - 1]), None, "{body:?}");
+                // Whatever follows it does not matter.
+                let mut more = bytes.clone();
+                more.extend_from_slice(&[0xee; 100]);
+                assert_eq!(packet_len(&more), Some(len));
+            }
+        }
+        let ids = [5u64; MAX_ACKS_PER_PACKET];
+        for n in [0, 1, MAX_ACKS_PER_PACKET] {
+            assert_eq!(packet_len(&valid(&Body::Ack(&ids[..n]))), Some(32 + 8 * n));
+        }
+        let big = vec![1u8; 60_000];
+        let header = DataHeader {
+            message_length: 60_000,
+            offset: 0,
+            ..DATA_HDR
+        };
+        let body = Body::Data {
+            header,
+            payload: &big,
+        };
+        assert_eq!(packet_len(&valid(&body)), Some(60_056));
+        let mut headers = Vec::new();
+        encode_headers(&mut headers, &common(true, false), &body, true);
+        assert_eq!(packet_len(&headers), Some(60_056));
+    }
+
+    #[test]
+    fn packet_len_of_garbage() {
+        assert_eq!(packet_len(&[]), None);
+        assert_eq!(packet_len(&[VERSION]), None);
+        let busy = valid(&Body::Busy);
+        for v in [0u8, 1, 3, 255] {
+            let mut b = busy.clone();
+            b[0] = v;
+            assert_eq!(packet_len(&b), None);
+        }
+        for t in [0u8, 9, 255] {
+            let mut b = busy.clone();
+            b[1] = t;
+            assert_eq!(packet_len(&b), None);
+        }
+        // No validation beyond version and type: an over-long ACK count is
+        // still a length (the decoder rejects the packet).
+        let mut ack = valid(&Body::Ack(&ACKS));
+        ack[3] = 255;
+        assert_eq!(packet_len(&ack), Some(32 + 8 * 255));
+    }
+
+    /// Packets back to back, as GRO hands them over in one datagram.
+    fn coalesce(packets: &[Vec<u8>]) -> Vec<u8> {
+        packets.concat()
+    }
+
+    #[test]
+    fn coalesced_segment_splits_gro_batches() {
+        let c = common(false, false);
+        let message: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+        let header = |offset| DataHeader {
+            message_length: message.len() as u32,
+            offset,
+            unsched_bytes: 10_000,
+            cutoff_version: 1,
+            ack: 0,
+        };
+        let per = 1416;
+        let packets: Vec<Vec<u8>> = (0..message.len())
+            .step_by(per)
+            .map(|at| {
+                let end = (at + per).min(message.len());
+                enc(
+                    &c,
+                    &Body::Data {
+                        header: header(at as u32),
+                        payload: &message[at..end],
+                    },
+                    true,
+                )
+            })
+            .collect();
+        assert_eq!(packets.len(), 8);
+        assert!(packets.last().unwrap().len() < packets[0].len());
+        // Every run of consecutive packets ending anywhere (the short one
+        // included) splits back into the same packets.
+        for first in 0..packets.len() {
+            for last in first + 1..=packets.len() {
+                let run = &packets[first..last];
+                let datagram = coalesce(run);
+                let seg = coalesced_segment(&datagram);
+                let want = if run.len() == 1 { datagram.len() } else { 1472 };
+                assert_eq!(seg, want, "{first}..{last}");
+                let cut: Vec<&[u8]> = datagram.chunks(seg).collect();
+                assert_eq!(cut.len(), run.len());
+                for (got, want) in cut.iter().zip(run) {
+                    assert_eq!(got, &want.as_slice());
+                    assert!(decode(got).is_ok() && verify_checksum(got, true));
+                }
+            }
+        }
+        // ACKs of equal size, and a shorter last one.
+        let ids: Vec<u64> = (1..=10).collect();
+        let acks = vec![
+            valid(&Body::Ack(&ids[..4])),
+            valid(&Body::Ack(&ids[4..8])),
+            valid(&Body::Ack(&ids[8..])),
+        ];
+        let datagram = coalesce(&acks);
+        assert_eq!(coalesced_segment(&datagram), 64);
+        let cut: Vec<&[u8]> = datagram.chunks(64).collect();
+        assert_eq!(cut, acks.iter().map(|a| a.as_slice()).collect::<Vec<_>>());
+        // Fixed-size control packets.
+        let grants = vec![valid(&Body::Grant(GRANT)); 5];
+        assert_eq!(coalesced_segment(&coalesce(&grants)), 40);
+    }
+
+    #[test]
+    fn coalesced_segment_of_single_packets_and_garbage() {
+        for (body, len) in samples() {
+            assert_eq!(coalesced_segment(&valid(&body)), len);
+        }
+        assert_eq!(coalesced_segment(&[]), 1);
+        assert_eq!(coalesced_segment(&[VERSION]), 1);
+        assert_eq!(coalesced_segment(&[0xff; 3]), 3);
+        assert_eq!(coalesced_segment(&[0u8; 2000]), 2000);
+        // A header that declares more than the datagram holds: not split.
+        let mut data = valid(&Body::Data {
+            header: DATA_HDR,
+            payload: PAYLOAD,
+        });
+        data[46] = 200;
+        assert_eq!(coalesced_segment(&data), data.len());
+        // Declaring less: split at the declared length (the pieces then fail
+        // to decode on their own), never at 0.
+        data[46] = 0;
+        assert_eq!(coalesced_segment(&data), DATA_PACKET_OVERHEAD);
+        let mut ack = valid(&Body::Ack(&ACKS));
+        ack[3] = 0;
+        assert_eq!(coalesced_segment(&ack), COMMON_HEADER_LEN);
     }
 }

@@ -1,5 +1,6 @@
 //! Property tests of the wire format: encode/decode round trips, robustness of
-//! the decoder against arbitrary and mutated input, and checksum coverage.
+//! the decoder against arbitrary and mutated input, checksum coverage, and the
+//! splitting of GRO-coalesced datagrams by the packets' declared lengths.
 
 use homa_proto::wire::{
     self, Body, CommonHeader, Cutoffs, DataHeader, Decoded, Grant, Packet, Resend,
@@ -122,22 +123,34 @@ fn priority() -> impl Strategy<Value = u8> {
     0..MAX_PRIORITIES as u8
 }
 
+fn grant() -> impl Strategy<Value = OwnedBody> {
+    (any::<u32>(), priority())
+        .prop_map(|(offset, priority)| OwnedBody::Grant(Grant { offset, priority }))
+}
+
+fn resend() -> impl Strategy<Value = OwnedBody> {
+    (any::<u32>(), any::<u32>(), priority()).prop_map(|(offset, length, priority)| {
+        OwnedBody::Resend(Resend {
+            offset,
+            length,
+            priority,
+        })
+    })
+}
+
+fn cutoffs() -> impl Strategy<Value = OwnedBody> {
+    (any::<u16>(), prop::array::uniform8(any::<u32>()))
+        .prop_map(|(version, cutoffs)| OwnedBody::Cutoffs(Cutoffs { version, cutoffs }))
+}
+
 fn body() -> impl Strategy<Value = OwnedBody> {
     prop_oneof![
         data(),
-        (any::<u32>(), priority())
-            .prop_map(|(offset, priority)| OwnedBody::Grant(Grant { offset, priority })),
-        (any::<u32>(), any::<u32>(), priority()).prop_map(|(offset, length, priority)| {
-            OwnedBody::Resend(Resend {
-                offset,
-                length,
-                priority,
-            })
-        }),
+        grant(),
+        resend(),
         Just(OwnedBody::RpcUnknown),
         Just(OwnedBody::Busy),
-        (any::<u16>(), prop::array::uniform8(any::<u32>()))
-            .prop_map(|(version, cutoffs)| OwnedBody::Cutoffs(Cutoffs { version, cutoffs })),
+        cutoffs(),
         Just(OwnedBody::NeedAck),
         prop::collection::vec(any::<u64>(), 0..=MAX_ACKS_PER_PACKET).prop_map(OwnedBody::Ack),
     ]
@@ -171,12 +184,17 @@ fn reencode(d: &Decoded<'_>) -> Vec<u8> {
 
 /// Whatever the input, decoding and checking it must not panic, and anything
 /// accepted must be canonical: its re-encoding is the same bytes, apart from
-/// the checksum field (4..8), which the re-encoding leaves zero.
+/// the checksum field (4..8), which the re-encoding leaves zero. An accepted
+/// packet's declared length is its length.
 fn check_any_input(bytes: &[u8]) -> Result<(), TestCaseError> {
     let optional = wire::verify_checksum(bytes, false);
     let required = wire::verify_checksum(bytes, true);
     prop_assert!(!required || optional);
+    let seg = wire::coalesced_segment(bytes);
+    prop_assert!(seg >= 1 && seg <= bytes.len().max(1));
     if let Ok(d) = wire::decode(bytes) {
+        prop_assert_eq!(wire::packet_len(bytes), Some(bytes.len()));
+        prop_assert_eq!(seg, bytes.len());
         let again = reencode(&d);
         prop_assert_eq!(again.len(), bytes.len());
         prop_assert_eq!(&again[..4], &bytes[..4]);
@@ -202,6 +220,77 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     ]
 }
 
+/// Most packets in one generated GRO batch.
+const MAX_BATCH: usize = 8;
+
+/// Packet bodies as GRO would coalesce them: `n` of one encoded length, then
+/// possibly one shorter. DATA packets are consecutive pieces of one message.
+fn gro_batch() -> impl Strategy<Value = Vec<OwnedBody>> {
+    let data = (
+        1..=MAX_PAYLOAD as usize,
+        1..MAX_BATCH,
+        any::<Index>(),
+        any::<bool>(),
+        any::<u8>(),
+        any::<Index>(),
+        any::<u16>(),
+        any::<u64>(),
+    )
+        .prop_map(|(per, n, short, has_short, seed, unsched, version, ack)| {
+            // The last piece, if any, is 1..per bytes (none when per is 1).
+            let tail = if has_short && per > 1 {
+                1 + short.index(per - 1)
+            } else {
+                0
+            };
+            let len = n * per + tail;
+            let message: Vec<u8> = (0..len).map(|i| (i as u8) ^ seed).collect();
+            let header = |offset: usize| DataHeader {
+                message_length: len as u32,
+                offset: offset as u32,
+                unsched_bytes: unsched.index(len + 1) as u32,
+                cutoff_version: version,
+                ack,
+            };
+            message
+                .chunks(per)
+                .enumerate()
+                .map(|(i, piece)| OwnedBody::Data(header(i * per), piece.to_vec()))
+                .collect()
+        });
+    let ids = || prop::collection::vec(any::<u64>(), 0..=MAX_ACKS_PER_PACKET);
+    let acks = (
+        0..=MAX_ACKS_PER_PACKET,
+        prop::collection::vec(ids(), 1..MAX_BATCH),
+        prop::option::of(ids()),
+    )
+        .prop_map(|(k, lists, last)| {
+            let mut out: Vec<OwnedBody> = lists
+                .into_iter()
+                .map(|mut l| {
+                    l.resize(k, 7);
+                    OwnedBody::Ack(l)
+                })
+                .collect();
+            if let Some(mut l) = last.filter(|_| k > 0) {
+                l.truncate(k - 1);
+                out.push(OwnedBody::Ack(l));
+            }
+            out
+        });
+    // Fixed-size types: any number of one type.
+    let n = || 1..MAX_BATCH;
+    let fixed = prop_oneof![
+        prop::collection::vec(grant(), n()),
+        prop::collection::vec(resend(), n()),
+        prop::collection::vec(cutoffs(), n()),
+        n().prop_map(|n| vec![OwnedBody::RpcUnknown; n]),
+        n().prop_map(|n| vec![OwnedBody::Busy; n]),
+        n().prop_map(|n| vec![OwnedBody::NeedAck; n]),
+    ];
+    prop_oneof![2 => data, 1 => acks, 1 => fixed]
+}
+
 proptest! {
     #[test]
     fn round_trip(c in common(), b in body(), checksum in any::<bool>()) {
@@ -212,6 +301,36 @@ proptest! {
         prop_assert_eq!(wire::verify_checksum(&bytes, true), checksum);
         prop_assert!(wire::verify_checksum(&bytes, false));
         prop_assert_eq!(reencode(&d)[8..].to_vec(), bytes[8..].to_vec());
+        prop_assert_eq!(wire::packet_len(&bytes), Some(bytes.len()));
+    }
+
+    /// A GRO-coalesced datagram (packets of one length, the last possibly
+    /// shorter) cut at `coalesced_segment` gives back the packets.
+    #[test]
+    fn coalesced_datagrams_split_into_their_packets(
+        batch in gro_batch(),
+        commons in prop::collection::vec(common(), MAX_BATCH),
+        checksum in any::<bool>(),
+    ) {
+        let packets: Vec<Vec<u8>> = batch
+            .iter()
+            .zip(&commons)
+            .map(|(b, c)| encoded(c, b, checksum))
+            .collect();
+        let (full, last) = (packets[0].len(), packets[packets.len() - 1].len());
+        prop_assert!(packets[..packets.len() - 1].iter().all(|p| p.len() == full));
+        prop_assert!(last <= full);
+        let datagram = packets.concat();
+        let seg = wire::coalesced_segment(&datagram);
+        prop_assert_eq!(seg, if packets.len() == 1 { datagram.len() } else { full });
+        let cut: Vec<&[u8]> = datagram.chunks(seg).collect();
+        prop_assert_eq!(cut.len(), packets.len());
+        for ((got, want), (b, c)) in cut.iter().zip(&packets).zip(batch.iter().zip(&commons)) {
+            prop_assert_eq!(*got, want.as_slice());
+            let d = wire::decode(got).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            prop_assert_eq!(d.common, *c);
+            prop_assert!(b.matches(&d.packet));
+        }
     }
 
     #[test]

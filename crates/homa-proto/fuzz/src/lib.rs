@@ -36,9 +36,11 @@ pub fn reencode(d: &Decoded<'_>, out: &mut Vec<u8>, checksum: bool) {
 
 /// The `decode` target: no input may panic the decoder or the checksum check;
 /// every accepted packet is canonical (re-encoding gives the same bytes, the
-/// checksum field aside); a stored checksum verifies exactly when it is the one
-/// the encoder would write.
+/// checksum field aside) and exactly as long as it declares; a stored
+/// checksum verifies exactly when it is the one the encoder would write. The
+/// input is also split as a GRO datagram (see [`check_split`]).
 pub fn check_decode(data: &[u8]) {
+    check_split(data);
     let required = wire::verify_checksum(data, true);
     let optional = wire::verify_checksum(data, false);
     assert!(
@@ -54,6 +56,8 @@ pub fn check_decode(data: &[u8]) {
         Some(_) => {}
     }
     let Ok(d) = wire::decode(data) else { return };
+    assert_eq!(wire::packet_len(data), Some(data.len()));
+    assert_eq!(wire::coalesced_segment(data), data.len());
     let mut out = Vec::new();
     reencode(&d, &mut out, false);
     assert_eq!(out.len(), data.len());
@@ -71,6 +75,84 @@ pub fn check_decode(data: &[u8]) {
             "checksum verdict disagrees with the encoder"
         );
     }
+}
+
+/// Splits `data` as a receiver that lacks the kernel's GRO segment size would
+/// (`wire::coalesced_segment`): the segment is within 1..=len (1 when empty)
+/// and, when it cuts, is the first packet's declared length; no piece panics
+/// the decoder, and an accepted piece is exactly as long as it declares.
+pub fn check_split(data: &[u8]) {
+    let seg = wire::coalesced_segment(data);
+    assert!(
+        (1..=data.len().max(1)).contains(&seg),
+        "segment {seg} of a {}-byte datagram",
+        data.len()
+    );
+    if seg < data.len() {
+        assert_eq!(wire::packet_len(data), Some(seg));
+    }
+    for piece in data.chunks(seg) {
+        if wire::decode(piece).is_ok() {
+            assert_eq!(wire::packet_len(piece), Some(piece.len()));
+        }
+    }
+}
+
+/// GRO-coalesced datagrams (packets of one length, a shorter last), so that
+/// the fuzzer starts with inputs that `check_split` cuts into valid packets.
+pub fn decode_gro_seeds() -> Vec<(String, Vec<u8>)> {
+    let c = CommonHeader {
+        from_client: true,
+        retransmit: false,
+        rpc_id: 0x1234,
+        send_time: 1_000_000,
+        echo_time: 999_000,
+    };
+    let message: Vec<u8> = (0..2932u32).map(|i| (i % 251) as u8).collect();
+    let data = |offset: usize, len: usize| Body::Data {
+        header: DataHeader {
+            message_length: message.len() as u32,
+            offset: offset as u32,
+            unsched_bytes: message.len() as u32,
+            cutoff_version: 1,
+            ack: 0,
+        },
+        payload: &message[offset..offset + len],
+    };
+    let ids: Vec<u64> = (1..=9).collect();
+    let grant = |offset| {
+        Body::Grant(Grant {
+            offset,
+            priority: 2,
+        })
+    };
+    let batches: Vec<(&str, Vec<Body<'_>>)> = vec![
+        (
+            "gro-data",
+            vec![data(0, 1416), data(1416, 1416), data(2832, 100)],
+        ),
+        (
+            "gro-ack",
+            vec![
+                Body::Ack(&ids[..4]),
+                Body::Ack(&ids[4..8]),
+                Body::Ack(&ids[8..]),
+            ],
+        ),
+        (
+            "gro-grant",
+            vec![grant(10_000), grant(20_000), grant(30_000)],
+        ),
+    ];
+    let mut seeds = Vec::new();
+    for (name, bodies) in batches {
+        let mut out = Vec::new();
+        for body in &bodies {
+            wire::encode(&mut out, &c, body, true);
+        }
+        seeds.push((format!("seed-{name}"), out));
+    }
+    seeds
 }
 
 /// One encoded packet of every type and flag variant: the `decode` seeds.
@@ -834,12 +916,17 @@ impl Harness {
 
     /// Raw bytes starting with 0xFF (never a valid version byte) are a GRO
     /// batch instead: `bytes[1]` picks the segment size, the rest is cut into
-    /// segments that go through `handle_datagrams`.
+    /// segments that go through `handle_datagrams`. Segment byte 0 means the
+    /// kernel did not say (a runtime receiving with `recvfrom`): the size is
+    /// `wire::coalesced_segment`, the first packet's declared length.
     fn deliver_raw(&mut self, src: u8, bytes: &[u8]) {
         match bytes {
             [0xFF, seg, rest @ ..] => {
                 let from = self.addr(src);
-                let segment = *seg as usize * 8 + 1;
+                let segment = match *seg {
+                    0 => wire::coalesced_segment(rest),
+                    s => s as usize * 8 + 1,
+                };
                 self.datagrams_in += rest.len().div_ceil(segment).max(1);
                 self.ep.handle_datagrams(self.now, from, rest, segment);
                 for d in rest.chunks(segment) {
@@ -1629,6 +1716,32 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
     ]);
     seeds.push(("gro-batch".to_string(), s));
 
+    // The same without the segment size (segment byte 0: the harness takes
+    // `wire::coalesced_segment`), three packets of which the last is short:
+    // 49 + 49 + 20 bytes of a 118-byte request.
+    let mut batch = vec![0xFF, 0];
+    for (offset, len) in [(0, 49), (49, 49), (98, 20)] {
+        let p = pkt(IdSel::Raw(304), true, data(118, offset, len));
+        batch.extend(encode_packet(&cfg, &[], &p));
+    }
+    assert_eq!(batch.len(), 2 + 2 * 105 + 76);
+    assert_eq!(wire::coalesced_segment(&batch[2..]), 105);
+    let mut s = vec![Op::Raw {
+        src: 1,
+        bytes: batch,
+    }];
+    s.extend([
+        Op::Events,
+        Op::Respond {
+            pick: 0,
+            len: 10,
+            src: Source::Bytes,
+        },
+        tx(64),
+        Op::Events,
+    ]);
+    seeds.push(("gro-unsized".to_string(), s));
+
     // A request from a send buffer, sent in bursts (headers in place); a
     // RESEND off the segment grid (retransmissions capped at segments); the
     // buffer offered again while in flight (refused), then after the
@@ -1752,6 +1865,7 @@ mod tests {
             .map(|(n, ops)| (format!("seed-{n}"), write_script(&ops)));
         let all = decode_seeds()
             .into_iter()
+            .chain(decode_gro_seeds())
             .map(|s| ("decode", s))
             .chain(engine.map(|s| ("engine", s)));
         for (target, (name, bytes)) in all {
@@ -1780,6 +1894,24 @@ mod tests {
         for (name, bytes) in &seeds {
             check_decode(bytes);
             assert_eq!(wire::verify_checksum(bytes, true), name.ends_with("-csum"));
+        }
+    }
+
+    /// The GRO seeds split into valid packets of the advertised shape (all
+    /// of one length but a shorter last), and pass the target.
+    #[test]
+    fn decode_gro_seeds_split_into_packets() {
+        for (name, bytes) in decode_gro_seeds() {
+            check_decode(&bytes);
+            assert!(wire::decode(&bytes).is_err(), "{name}: several packets");
+            let seg = wire::coalesced_segment(&bytes);
+            let pieces: Vec<&[u8]> = bytes.chunks(seg).collect();
+            assert_eq!(pieces.len(), 3, "{name}");
+            assert!(pieces[2].len() <= seg, "{name}");
+            for piece in pieces {
+                wire::decode(piece).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert!(wire::verify_checksum(piece, true), "{name}");
+            }
         }
     }
 
@@ -1886,9 +2018,8 @@ mod tests {
         for (name, ops) in engine_seeds() {
             let c = run_engine(&write_script(&ops));
             let ok = match name.as_str() {
-                "server-small" | "server-multi-ack" | "server-empty" | "gro-batch" => {
-                    c.requests == 1 && c.sent[data] >= 1
-                }
+                "server-small" | "server-multi-ack" | "server-empty" | "gro-batch"
+                | "gro-unsized" => c.requests == 1 && c.sent[data] >= 1,
                 "client-small" | "client-scheduled" => {
                     c.responses == 1 && c.sent[data] >= 1 && c.failures == 0
                 }

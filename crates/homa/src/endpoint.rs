@@ -263,6 +263,10 @@ impl Endpoint {
             watcher_driving: false,
             last_now: 0,
         };
+        // What `config()` reports: the engine values in effect for this
+        // socket's family (an IPv6 socket's packets are 20 bytes shorter).
+        let mut cfg = cfg;
+        cfg.engine = engine_cfg.clone();
         let shared = Arc::new(Shared {
             sock,
             max_message: engine_cfg.max_message_length as usize,
@@ -318,7 +322,11 @@ impl Endpoint {
         self.shared().sock.local_addr()
     }
 
-    /// The configuration the endpoint was opened with.
+    /// The configuration the endpoint was opened with, its `engine` part as
+    /// in effect: packet size and per-packet overhead for the socket's
+    /// family (1,452-byte packets over IPv6 at MTU 1500, 1,472 over IPv4)
+    /// and the RPC id seed chosen at bind. (A copy still binds another
+    /// endpoint with a fresh seed when `rpc_id_seed` is `None`.)
     pub fn config(&self) -> &EndpointConfig {
         &self.shared().cfg
     }

@@ -184,6 +184,12 @@ fn ipv6_loopback_and_dual_stack() {
     drop(server);
     let (server, workers) = echo_server("[::1]:0", cfg(), 1);
     let client = Endpoint::bind_with("[::1]:0", cfg()).unwrap();
+    // The configuration reports the packet size in effect, not IPv4's.
+    assert_eq!(client.config().engine.max_packet_size, 1452);
+    assert_eq!(client.config().engine.max_data_per_packet(), 1396);
+    let v4 = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    assert_eq!(v4.config().engine.max_data_per_packet(), 1416);
+    drop(v4);
     for len in [10usize, 3000, 200_000] {
         let m = client.call(server.local_addr(), payload(len, 3)).unwrap();
         assert!(m == payload(len, 3)[..]);

@@ -38,7 +38,7 @@ pub struct HomaOpts {
     /// Engine parameter overrides, KEY=VALUE (repeatable). Keys:
     /// rtt_us, unsched_bytes, grant_window, priority_levels,
     /// unsched_priorities, max_overcommit, max_incoming, max_nic_queue_ns,
-    /// pacer_bypass_bytes, resend_interval_us, rpc_timeout_ms,
+    /// pacer_bypass_bytes, resend_interval_us, rpc_timeout_ms, tombstone_us,
     /// max_message_length, pool_mb, checksum (0/1), max_client_rpcs,
     /// max_server_rpcs_per_peer, max_peers.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -90,6 +90,7 @@ pub fn set_engine_param(c: &mut homa::EngineConfig, kv: &str) -> anyhow::Result<
         "pacer_bypass_bytes" => c.pacer_bypass_bytes = n as u32,
         "resend_interval_us" => c.resend_interval_ns = n * 1000,
         "rpc_timeout_ms" => c.rpc_timeout_ns = n * 1_000_000,
+        "tombstone_us" => c.tombstone_ns = n * 1_000,
         "max_message_length" => c.max_message_length = n as u32,
         "pool_mb" => c.pool_bytes = (n as usize) << 20,
         "checksum" => c.checksum = n != 0,

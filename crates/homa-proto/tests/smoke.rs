@@ -322,3 +322,45 @@ fn discard_payload_still_delivers_every_message_with_its_length() {
     });
     assert_eq!(got, [(id, 70_000)]);
 }
+
+/// `client_rpc_index`: live client RPCs get distinct indices that stay as
+/// small as the number in progress (freed ones are reused), so a driver can
+/// index a vector by them.
+#[test]
+fn client_rpc_indices_are_dense_distinct_and_reused() {
+    let mut ep = Endpoint::new(Config::default(), 0).unwrap();
+    let server: SocketAddr = "10.0.0.9:4000".parse().unwrap();
+    let ids: Vec<_> = (0..50)
+        .map(|_| {
+            ep.send_request(0, server, Bytes::from_static(b"x"))
+                .unwrap()
+        })
+        .collect();
+    let mut idx: Vec<usize> = ids.iter().map(|id| ep.client_rpc_index(*id)).collect();
+    idx.sort();
+    idx.dedup();
+    assert_eq!(idx.len(), 50, "distinct");
+    assert!(idx.iter().all(|&i| i < 50), "dense: {idx:?}");
+    // Freed slots are reused: after cancelling ten, ten new RPCs land on
+    // the same indices, under new ids.
+    let freed: Vec<usize> = ids[10..20]
+        .iter()
+        .map(|id| ep.client_rpc_index(*id))
+        .collect();
+    for id in &ids[10..20] {
+        ep.cancel(*id);
+    }
+    let mut again: Vec<usize> = (0..10)
+        .map(|_| {
+            let id = ep
+                .send_request(0, server, Bytes::from_static(b"y"))
+                .unwrap();
+            assert!(!ids.contains(&id), "a new id");
+            ep.client_rpc_index(id)
+        })
+        .collect();
+    again.sort();
+    let mut freed_sorted = freed.clone();
+    freed_sorted.sort();
+    assert_eq!(again, freed_sorted);
+}

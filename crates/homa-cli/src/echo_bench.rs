@@ -31,6 +31,12 @@ pub struct EchoBenchArgs {
     /// trips and print the mean time of each step (to stderr).
     #[arg(long)]
     pub timetrace: bool,
+    /// With --timetrace: trace points wait for earlier instructions to finish
+    /// before reading the clock (lfence), so that a cache miss is billed to
+    /// the step where it happens instead of a later one; costs ~10-20 ns more
+    /// per trace point.
+    #[arg(long, requires = "timetrace")]
+    pub serialized: bool,
     #[command(flatten)]
     pub homa: HomaOpts,
 }
@@ -52,6 +58,7 @@ pub fn run(args: EchoBenchArgs) -> anyhow::Result<()> {
     }
     let mut rows = Vec::new();
     for &size in &sizes {
+        homa::timetrace::set_serialized(args.serialized);
         let count = count_for(args.iters, size);
         let warmup = (count / 10).max(10);
         for t in &args.transports {

@@ -24,7 +24,12 @@ impl Endpoint {
         // client has already let go of it.
         if c.from_client && h.ack != 0 && h.ack != c.rpc_id {
             if let Some(pk) = pk {
-                self.handle_ack_id(now, pk, h.ack);
+                if self.config.defer_acks {
+                    // Applied after the reply has gone out (`deferred_acks`).
+                    self.defer_ack(now, from, h.ack);
+                } else {
+                    self.handle_ack_id(now, pk, h.ack);
+                }
             }
         }
         let key = if c.from_client {
@@ -179,6 +184,16 @@ impl Endpoint {
         h: &DataHeader,
     ) -> Option<RpcKey> {
         let mut pk = None;
+        // A held-back acknowledgement may free the room a limit needs.
+        if self.has_deferred()
+            && (self.server_rpc_count >= self.config.max_server_rpcs
+                || (known.is_none() && self.peers.len() >= self.config.max_peers)
+                || known.is_some_and(|k| {
+                    self.peers[k].server_rpcs as usize >= self.config.max_server_rpcs_per_peer
+                }))
+        {
+            self.run_deferred(now);
+        }
         let reason = if h.message_length > self.config.max_message_length {
             Some(DropReason::MessageTooLong)
         } else if self.server_rpc_count >= self.config.max_server_rpcs {

@@ -32,6 +32,7 @@ impl Endpoint {
     /// Runs timers due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
         self.last_now = self.last_now.max(now);
+        self.run_deferred(now);
         if now < self.next_tick {
             return;
         }

@@ -364,3 +364,134 @@ fn client_rpc_indices_are_dense_distinct_and_reused() {
     freed_sorted.sort();
     assert_eq!(again, freed_sorted);
 }
+
+/// Moves every packet `from` has ready to `to` (addresses `fa`, `ta`).
+fn deliver(from: &mut Endpoint, fa: SocketAddr, to: &mut Endpoint, now: Time) -> usize {
+    let mut buf = Vec::new();
+    let mut n = 0;
+    while let Some(t) = from.poll_transmit(now, &mut buf) {
+        to.handle_datagram(now, fa, &buf[..t.len]);
+        n += 1;
+    }
+    n
+}
+
+/// With `defer_acks`, an acknowledgement piggybacked on a request frees the
+/// acknowledged server RPC only in `run_deferred` (or the next entry into
+/// the engine), except when a limit needs the room at once.
+#[test]
+fn piggybacked_acks_are_deferred_until_run_deferred() {
+    let (ca, sa): (SocketAddr, SocketAddr) = (
+        "10.0.0.1:4000".parse().unwrap(),
+        "10.0.0.2:4000".parse().unwrap(),
+    );
+    for (defer, per_peer) in [(false, 16), (true, 16), (true, 1)] {
+        let cfg = Config {
+            defer_acks: defer,
+            max_server_rpcs_per_peer: per_peer,
+            ..Config::default()
+        };
+        let mut client = Endpoint::new(
+            Config {
+                rpc_id_seed: 1,
+                ..cfg.clone()
+            },
+            0,
+        )
+        .unwrap();
+        let mut server = Endpoint::new(
+            Config {
+                rpc_id_seed: 2,
+                ..cfg
+            },
+            0,
+        )
+        .unwrap();
+        let mut now = 1_000;
+        // One full RPC: the server keeps it until the client acknowledges.
+        client
+            .send_request(now, sa, Bytes::from_static(b"first"))
+            .unwrap();
+        deliver(&mut client, ca, &mut server, now);
+        let Some(Event::Request { rpc, .. }) = server.poll_event() else {
+            panic!("no request")
+        };
+        server
+            .send_response(now, rpc, Bytes::from_static(b"one"))
+            .unwrap();
+        deliver(&mut server, sa, &mut client, now);
+        assert!(matches!(client.poll_event(), Some(Event::Response { .. })));
+        assert_eq!(server.stats().server_rpcs, 1);
+        // The next request carries the acknowledgement.
+        now += 1_000;
+        client
+            .send_request(now, sa, Bytes::from_static(b"second"))
+            .unwrap();
+        deliver(&mut client, ca, &mut server, now);
+        assert!(
+            matches!(server.poll_event(), Some(Event::Request { .. })),
+            "defer {defer}, per-peer limit {per_peer}: the second request is served"
+        );
+        let held = defer && per_peer > 1;
+        assert_eq!(server.has_deferred(), held);
+        assert_eq!(server.stats().server_rpcs, if held { 2 } else { 1 });
+        assert_eq!(server.metrics().acks_processed, !held as u64);
+        server.run_deferred(now);
+        assert!(!server.has_deferred());
+        assert_eq!(server.stats().server_rpcs, 1);
+        assert_eq!(server.stats().tombstones, 1);
+        assert_eq!(server.metrics().acks_processed, 1);
+    }
+}
+
+/// A deferred acknowledgement is applied by the next `handle_timeout` or
+/// datagram even if the driver never calls `run_deferred`.
+#[test]
+fn deferred_acks_are_applied_by_the_next_engine_entry() {
+    let (ca, sa): (SocketAddr, SocketAddr) = (
+        "10.0.0.1:4000".parse().unwrap(),
+        "10.0.0.2:4000".parse().unwrap(),
+    );
+    let cfg = Config {
+        defer_acks: true,
+        ..Config::default()
+    };
+    let mut client = Endpoint::new(
+        Config {
+            rpc_id_seed: 1,
+            ..cfg.clone()
+        },
+        0,
+    )
+    .unwrap();
+    let mut server = Endpoint::new(
+        Config {
+            rpc_id_seed: 2,
+            ..cfg
+        },
+        0,
+    )
+    .unwrap();
+    let now = 1_000;
+    for (i, body) in [&b"a"[..], b"b", b"c"].into_iter().enumerate() {
+        client
+            .send_request(now, sa, Bytes::from_static(body))
+            .unwrap();
+        deliver(&mut client, ca, &mut server, now);
+        let Some(Event::Request { rpc, .. }) = server.poll_event() else {
+            panic!("no request")
+        };
+        // Request i acknowledged RPC i-1, held back until this datagram
+        // (i ≥ 2: the one before was applied when this one arrived).
+        assert_eq!(server.metrics().acks_processed, i.saturating_sub(1) as u64);
+        server
+            .send_response(now, rpc, Bytes::from_static(b"r"))
+            .unwrap();
+        deliver(&mut server, sa, &mut client, now);
+        assert!(matches!(client.poll_event(), Some(Event::Response { .. })));
+    }
+    assert!(server.has_deferred());
+    server.handle_timeout(now + 1);
+    assert!(!server.has_deferred());
+    assert_eq!(server.metrics().acks_processed, 2);
+}

@@ -23,8 +23,9 @@ pub struct EndpointConfig {
     /// The protocol engine's parameters (link rate, windows, timeouts, pool
     /// size...). `max_packet_size` is overridden when [`Self::mtu`] is set and
     /// `rpc_id_seed` when [`Self::rpc_id_seed`] is `None`. The default is the
-    /// engine's, except `max_nic_queue_ns` (see [`RUNTIME_NIC_QUEUE_NS`]) and
-    /// `checksum` (off: UDP checksums the datagrams already).
+    /// engine's, except `max_nic_queue_ns` (see [`RUNTIME_NIC_QUEUE_NS`]),
+    /// `checksum` (off: UDP checksums the datagrams already) and `defer_acks`
+    /// (on: the runtime frees acknowledged RPCs after sending a reply).
     pub engine: homa_proto::Config,
     /// IP MTU of the path. The engine's packet size becomes the largest UDP
     /// payload that fits it (1472 bytes for IPv4 at 1500, 1452 for IPv6), so
@@ -75,6 +76,8 @@ impl Default for EndpointConfig {
                 // real network (and loopback cannot corrupt); the engine's
                 // CRC-32C would cost ~20% of the CPU of a bulk transfer.
                 checksum: false,
+                // The runtime applies them after sending (`run_deferred`).
+                defer_acks: true,
                 ..homa_proto::Config::default()
             },
             mtu: Some(1500),

@@ -859,6 +859,8 @@ impl Shared {
                 && d.errors.is_empty()
                 && self.next_deadline.load(Relaxed) > now
             {
+                // An idle moment: do what the engine put off.
+                d.engine.run_deferred(now);
                 return;
             }
         }
@@ -874,6 +876,12 @@ impl Shared {
         self.dispatch_events(d);
         timetrace::record("events dispatched");
         self.transmit(d, now);
+        // After an application's send or reply has gone out: what the
+        // engine put off to keep it off the request-to-reply path
+        // (acknowledgements piggybacked on requests).
+        if !recv {
+            d.engine.run_deferred(now);
+        }
         // Sending may have failed fast (unreachable): deliver those too.
         if !d.errors.is_empty() {
             self.handle_errors(d);

@@ -839,8 +839,11 @@ const MAX_RETX_RUNS: usize = 16;
 const MAX_EVENTS_PER_DRAIN: usize = 100_000;
 
 impl Harness {
-    fn new() -> Harness {
-        let cfg = engine_config();
+    fn new(defer_acks: bool) -> Harness {
+        let cfg = Config {
+            defer_acks,
+            ..engine_config()
+        };
         let ep = Endpoint::new(cfg.clone(), 0).expect("engine_config is valid");
         let segment = ep.new_send_buf(0).segment();
         Harness {
@@ -1131,7 +1134,12 @@ impl Harness {
                 }
                 self.ep.handle_timeout(self.now);
             }
-            Op::Transmit { max, mode } => self.transmit(*max, *mode),
+            Op::Transmit { max, mode } => {
+                self.transmit(*max, *mode);
+                // As the UDP runtime does once it has sent what the engine
+                // had ready (a no-op without `defer_acks`).
+                self.ep.run_deferred(self.now);
+            }
             Op::Events => self.events(),
             Op::Respond { pick, len, src } => {
                 if self.pending.is_empty() {
@@ -1433,7 +1441,15 @@ fn pattern(len: u32) -> Bytes {
 
 /// The `engine` target: runs a script (see [`Op`]) against a fresh endpoint.
 pub fn run_engine(data: &[u8]) -> Counts {
-    let mut h = Harness::new();
+    let counts = run_engine_with(data, false);
+    // The same script with piggybacked acks held back (`defer_acks`, as the
+    // UDP runtime runs the engine): every check must hold there too.
+    run_engine_with(data, true);
+    counts
+}
+
+fn run_engine_with(data: &[u8], defer_acks: bool) -> Counts {
+    let mut h = Harness::new(defer_acks);
     for op in parse_script(data) {
         h.step(&op);
     }
@@ -2054,7 +2070,7 @@ mod tests {
     /// A harness holding one buffer request (id 77, 5000 bytes) to
     /// `addrs()[1]`, and a retransmitted DATA packet of it.
     fn retx_harness() -> (Harness, impl Fn(usize, usize) -> Vec<u8>) {
-        let mut h = Harness::new();
+        let mut h = Harness::new(false);
         let expect = Expect {
             len: 5000,
             seed: 9,

@@ -1046,6 +1046,11 @@ impl Shared {
                 now = now.max(self.now_ns());
                 *last_now = now;
             }
+            // Nothing more to send (the usual answer after a receive, and
+            // after the last packet of a send): skip the set-up.
+            if !engine.may_transmit() {
+                break;
+            }
             // A run of packets of one message at a time: one SRPT decision
             // and one payload handle per GSO send instead of per packet.
             let room = tx.room().min(GSO_MAX_SEGMENTS);

@@ -944,11 +944,15 @@ impl Harness {
         let mut buf = std::mem::take(&mut self.buf);
         let mut dgram = std::mem::take(&mut self.dgram);
         for _ in 0..=max {
+            // `may_transmit` false promises that no form of polling has a
+            // packet (drivers skip the pass on it).
+            let may = self.ep.may_transmit();
             match mode {
                 TxMode::Single => {
                     let Some(t) = self.ep.poll_transmit(self.now, &mut buf) else {
                         break;
                     };
+                    assert!(may, "may_transmit said no, poll_transmit sent {t:?}");
                     assert!(t.len <= buf.len(), "{t:?} beyond the buffer");
                     self.check_datagram(t.dest, t.priority, &buf[..t.len]);
                 }
@@ -956,6 +960,7 @@ impl Harness {
                     let Some((t, payload)) = self.ep.poll_transmit_split(self.now, &mut buf) else {
                         break;
                     };
+                    assert!(may, "may_transmit said no, poll_transmit_split sent {t:?}");
                     assert_eq!(t.len, buf.len() + payload.len(), "{t:?}");
                     if buf.is_empty() {
                         // The header was written into a send buffer.
@@ -972,6 +977,7 @@ impl Harness {
                     else {
                         break;
                     };
+                    assert!(may, "may_transmit said no, poll_transmit_burst sent {b:?}");
                     assert!(
                         (1..=max_packets).contains(&b.count),
                         "{b:?} for max {max_packets}"

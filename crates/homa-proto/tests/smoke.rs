@@ -376,6 +376,21 @@ fn deliver(from: &mut Endpoint, fa: SocketAddr, to: &mut Endpoint, now: Time) ->
     n
 }
 
+/// A client and a server endpoint with `cfg` (distinct id seeds).
+fn client_and_server(cfg: Config) -> (Endpoint, Endpoint) {
+    let with_seed = |seed| {
+        Endpoint::new(
+            Config {
+                rpc_id_seed: seed,
+                ..cfg.clone()
+            },
+            0,
+        )
+        .unwrap()
+    };
+    (with_seed(1), with_seed(2))
+}
+
 /// With `defer_acks`, an acknowledgement piggybacked on a request frees the
 /// acknowledged server RPC only in `run_deferred` (or the next entry into
 /// the engine), except when a limit needs the room at once.
@@ -391,22 +406,7 @@ fn piggybacked_acks_are_deferred_until_run_deferred() {
             max_server_rpcs_per_peer: per_peer,
             ..Config::default()
         };
-        let mut client = Endpoint::new(
-            Config {
-                rpc_id_seed: 1,
-                ..cfg.clone()
-            },
-            0,
-        )
-        .unwrap();
-        let mut server = Endpoint::new(
-            Config {
-                rpc_id_seed: 2,
-                ..cfg
-            },
-            0,
-        )
-        .unwrap();
+        let (mut client, mut server) = client_and_server(cfg);
         let mut now = 1_000;
         // One full RPC: the server keeps it until the client acknowledges.
         client
@@ -456,22 +456,7 @@ fn deferred_acks_are_applied_by_the_next_engine_entry() {
         defer_acks: true,
         ..Config::default()
     };
-    let mut client = Endpoint::new(
-        Config {
-            rpc_id_seed: 1,
-            ..cfg.clone()
-        },
-        0,
-    )
-    .unwrap();
-    let mut server = Endpoint::new(
-        Config {
-            rpc_id_seed: 2,
-            ..cfg
-        },
-        0,
-    )
-    .unwrap();
+    let (mut client, mut server) = client_and_server(cfg);
     let now = 1_000;
     for (i, body) in [&b"a"[..], b"b", b"c"].into_iter().enumerate() {
         client

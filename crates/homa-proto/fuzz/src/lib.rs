@@ -1485,6 +1485,22 @@ fn run_engine_with(data: &[u8], defer_acks: bool) -> Counts {
     h.counts
 }
 
+/// A raw datagram from source 1 holding a request, which is answered (10
+/// bytes) and transmitted.
+fn answered_raw(bytes: Vec<u8>) -> Vec<Op> {
+    vec![
+        Op::Raw { src: 1, bytes },
+        Op::Events,
+        Op::Respond {
+            pick: 0,
+            len: 10,
+            src: Source::Bytes,
+        },
+        tx(64),
+        Op::Events,
+    ]
+}
+
 /// Up to `max + 1` plain `poll_transmit` calls.
 fn tx(max: u8) -> Op {
     Op::Transmit {
@@ -1722,20 +1738,7 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
         batch.extend(encode_packet(&cfg, &[], &p));
     }
     assert_eq!(batch.len(), 2 + 2 * 105);
-    let mut s = vec![Op::Raw {
-        src: 1,
-        bytes: batch,
-    }];
-    s.extend([
-        Op::Events,
-        Op::Respond {
-            pick: 0,
-            len: 10,
-            src: Source::Bytes,
-        },
-        tx(64),
-        Op::Events,
-    ]);
+    let s = answered_raw(batch);
     seeds.push(("gro-batch".to_string(), s));
 
     // The same without the segment size (segment byte 0: the harness takes
@@ -1748,20 +1751,7 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
     }
     assert_eq!(batch.len(), 2 + 2 * 105 + 76);
     assert_eq!(wire::coalesced_segment(&batch[2..]), 105);
-    let mut s = vec![Op::Raw {
-        src: 1,
-        bytes: batch,
-    }];
-    s.extend([
-        Op::Events,
-        Op::Respond {
-            pick: 0,
-            len: 10,
-            src: Source::Bytes,
-        },
-        tx(64),
-        Op::Events,
-    ]);
+    let s = answered_raw(batch);
     seeds.push(("gro-unsized".to_string(), s));
 
     // A request from a send buffer, sent in bursts (headers in place); a

@@ -12,6 +12,9 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 cargo test --release --workspace --all-targets "$@"
 cargo test --release --workspace --doc
+# The engine's optional trace points (feature `trace`) must keep compiling
+# and reach their hook.
+cargo test --release -p homa-proto --features trace --lib trace
 # The fuzz crate is a separate workspace (cargo-fuzz needs its own); its tests
 # run every committed seed through the same checks the fuzzers apply.
 (cd crates/homa-proto/fuzz && cargo test --release)

@@ -463,6 +463,7 @@ impl Endpoint {
             return Err(SendError::TooManyRpcs(self.config.max_client_rpcs));
         }
         let request = self.payload(request.into())?;
+        crate::trace_point!("engine: request taken");
         // Start loading the destination's index slot and the slab slot the
         // RPC will take, so that their misses overlap.
         self.peers.prefetch_find(&dest);
@@ -474,6 +475,7 @@ impl Endpoint {
         };
         let unsched_priority = self.peers.unsched_priority(pk, request.len() as u32);
         let key = self.insert_rpc(now, true, 0, dest, pk, RpcState::ClientActive);
+        crate::trace_point!("engine: client rpc inserted");
         let unsched = self.unsched_bytes;
         let rpc = self.rpc(key);
         rpc.out = Some(OutMsg::new(request, unsched, unsched_priority));
@@ -679,6 +681,7 @@ impl Endpoint {
                 return hint;
             }
         };
+        crate::trace_point!("engine: decoded");
         self.metrics.packets_received[decoded.packet.packet_type().index()] += 1;
         let c = decoded.common;
         // The one address lookup per packet; everything after uses the key.

@@ -58,6 +58,7 @@ impl Endpoint {
                 }
             }
         };
+        crate::trace_point!("engine: rpc found");
         if h.cutoff_version != self.config.cutoff_version {
             let pk = self.rpcs[key as usize].as_ref().unwrap().peer_key;
             self.maybe_send_cutoffs(now, from, pk, c);
@@ -108,6 +109,7 @@ impl Endpoint {
                 Some(a) => {
                     inc.alloc = Some(a);
                     self.after_alloc(key);
+                    crate::trace_point!("engine: pool allocated");
                 }
                 None => {
                     inc.waiting_for_pool = true;
@@ -148,6 +150,7 @@ impl Endpoint {
             self.pool
                 .write(inc.alloc.as_ref().unwrap(), start as usize, payload);
         }
+        crate::trace_point!("engine: payload written");
         inc.bytes_received += new;
         self.grants_settled = false;
         self.metrics.data_bytes_received += new as u64;

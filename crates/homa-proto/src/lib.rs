@@ -59,6 +59,7 @@ mod servers;
 mod srpt;
 mod table;
 mod timer;
+pub mod trace;
 pub mod wire;
 
 pub use config::{Config, ConfigError};

@@ -222,6 +222,7 @@ impl Endpoint {
     ) -> Option<Burst> {
         self.burst_key = None;
         let (t, payload) = self.poll_transmit_split(now, buf)?;
+        crate::trace_point!("engine: first packet built");
         let mut burst = Burst {
             dest: t.dest,
             priority: t.priority,

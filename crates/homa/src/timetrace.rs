@@ -93,6 +93,8 @@ pub fn set_serialized(on: bool) {
 /// Starts (or stops) recording. Starting clears nothing; see [`clear`].
 pub fn enable(on: bool) {
     CALIBRATION.get_or_init(|| (cycles(), Instant::now()));
+    // The engine's own trace points, when compiled in (`engine-trace`).
+    homa_proto::trace::set_hook(record);
     ENABLED.store(on, Ordering::Release);
 }
 

@@ -80,7 +80,8 @@ struct ClientRpcs {
 }
 
 impl ClientRpcs {
-    fn insert(&mut self, slot: usize, id: RpcId, rpc: ClientRpc) {
+    fn insert(&mut self, engine: &homa_proto::Endpoint, id: RpcId, rpc: ClientRpc) {
+        let slot = engine.client_rpc_index(id);
         if slot >= self.slots.len() {
             self.slots.resize_with(slot + 1, || None);
         }
@@ -91,9 +92,9 @@ impl ClientRpcs {
         self.len += old.is_none() as usize;
     }
 
-    /// Removes RPC `id` if it is here (`slot` from `client_rpc_index`).
-    fn remove(&mut self, slot: usize, id: RpcId) -> Option<ClientRpc> {
-        match self.slots.get_mut(slot) {
+    /// Removes RPC `id` if it is here.
+    fn remove(&mut self, engine: &homa_proto::Endpoint, id: RpcId) -> Option<ClientRpc> {
+        match self.slots.get_mut(engine.client_rpc_index(id)) {
             Some(entry) if entry.as_ref().is_some_and(|(i, _)| *i == id) => {
                 self.len -= 1;
                 entry.take().map(|(_, rpc)| rpc)
@@ -793,8 +794,7 @@ impl Shared {
                 .send_request(now, peer, request)
                 .map_err(Error::from_send)?;
             timetrace::record("engine send_request done");
-            let slot = d.engine.client_rpc_index(id);
-            d.rpcs.insert(slot, id, ClientRpc { peer, target });
+            d.rpcs.insert(&d.engine, id, ClientRpc { peer, target });
             Ok::<_, Error>(id)
         })?;
         if len > self.unsched_bytes {
@@ -840,8 +840,7 @@ impl Shared {
 
     fn cancel(&self, id: RpcId) {
         self.with_driver(false, |d, _| {
-            let slot = d.engine.client_rpc_index(id);
-            if d.rpcs.remove(slot, id).is_some() {
+            if d.rpcs.remove(&d.engine, id).is_some() {
                 d.engine.cancel(id);
             }
         });
@@ -968,8 +967,7 @@ impl Shared {
             }
             for id in d.rpcs.ids_to(peer) {
                 d.engine.cancel(id);
-                let slot = d.engine.client_rpc_index(id);
-                if let Some(rpc) = d.rpcs.remove(slot, id) {
+                if let Some(rpc) = d.rpcs.remove(&d.engine, id) {
                     self.complete(d, id, rpc, Err(Error::PeerUnreachable(peer)));
                 }
             }
@@ -1001,14 +999,12 @@ impl Shared {
                 Event::Response { id, message } => {
                     // Unknown ids were abandoned by the application: the
                     // message is dropped here and its pool space returns.
-                    let slot = d.engine.client_rpc_index(id);
-                    if let Some(rpc) = d.rpcs.remove(slot, id) {
+                    if let Some(rpc) = d.rpcs.remove(&d.engine, id) {
                         self.complete(d, id, rpc, Ok(message));
                     }
                 }
                 Event::Failed { id, error } => {
-                    let slot = d.engine.client_rpc_index(id);
-                    if let Some(rpc) = d.rpcs.remove(slot, id) {
+                    if let Some(rpc) = d.rpcs.remove(&d.engine, id) {
                         let e = Error::from_rpc(error, self.max_message);
                         self.complete(d, id, rpc, Err(e));
                     }

@@ -24,6 +24,13 @@ pub struct EchoBenchArgs {
     /// Transports to measure, comma-separated: homa, udp, tcp.
     #[arg(long, default_value = "homa,udp,tcp", value_delimiter = ',')]
     pub transports: Vec<String>,
+    /// The transports take turns in this many rounds (each measuring its
+    /// share of the round trips after its own warm-up), so that a change in
+    /// the machine's speed during a run, common on shared machines, affects
+    /// them alike and the same-run ratios stay comparable. One round with
+    /// --timetrace.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub rounds: u64,
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -41,6 +48,12 @@ pub struct EchoBenchArgs {
     pub homa: HomaOpts,
 }
 
+/// Round trips measured in round `r` of `rounds`: an equal share, the first
+/// rounds one more when `count` does not divide.
+fn round_share(count: u64, rounds: u64, r: u64) -> u64 {
+    count / rounds + u64::from(r < count % rounds)
+}
+
 /// Round trips to measure for `size`.
 fn count_for(iters: u64, size: usize) -> u64 {
     let scaled = (iters as u128 * 65_536 / size.max(1) as u128) as u64;
@@ -48,6 +61,18 @@ fn count_for(iters: u64, size: usize) -> u64 {
 }
 
 pub fn run(args: EchoBenchArgs) -> anyhow::Result<()> {
+    let rows = measure(&args)?;
+    if args.json {
+        println!("{}", to_json(rows));
+    } else {
+        print_latency_table(&rows);
+        print_ratios(&rows);
+    }
+    Ok(())
+}
+
+/// One row per transport and size (UDP only for sizes that fit a datagram).
+fn measure(args: &EchoBenchArgs) -> anyhow::Result<Vec<LatencyRow>> {
     let sizes = parse_sizes(&args.sizes)?;
     let poll = Duration::from_micros(args.homa.poll_us);
     for t in &args.transports {
@@ -57,38 +82,52 @@ pub fn run(args: EchoBenchArgs) -> anyhow::Result<()> {
         );
     }
     let mut rows = Vec::new();
+    let rounds = if args.timetrace { 1 } else { args.rounds };
     for &size in &sizes {
         homa::timetrace::set_serialized(args.serialized);
         let count = count_for(args.iters, size);
-        let warmup = (count / 10).max(10);
-        for t in &args.transports {
-            let h = match t.as_str() {
-                "homa" => {
-                    let h = homa_echo(&args.homa, size, count, warmup, args.timetrace)
-                        .context("homa echo")?;
-                    if args.timetrace {
-                        print_timetrace(size, count);
+        let mut hists: Vec<Option<Histogram<u64>>> = vec![None; args.transports.len()];
+        for r in 0..rounds {
+            let n = round_share(count, rounds, r);
+            if n == 0 {
+                continue;
+            }
+            // Each round's endpoints are new: warm them up as fully as a
+            // single round would (a tenth of the whole count), or the first
+            // touches of their receive pool's pages (a page fault every ~40
+            // 100-byte messages until the first 64 KB page is used up) show
+            // in Homa's tail.
+            let warmup = (count / 10).max(10);
+            for (t, slot) in args.transports.iter().zip(hists.iter_mut()) {
+                let h = match t.as_str() {
+                    "homa" => {
+                        let h = homa_echo(&args.homa, size, n, warmup, args.timetrace)
+                            .context("homa echo")?;
+                        if args.timetrace {
+                            print_timetrace(size, n);
+                        }
+                        h
                     }
-                    h
+                    "udp" if size <= MAX_UDP_PAYLOAD => udp_pingpong(size, n, warmup, poll)?,
+                    "udp" => continue,
+                    _ => tcp_pingpong(size, n, warmup, poll)?,
+                };
+                match slot {
+                    Some(all) => all.add(&h).context("merging histograms")?,
+                    None => *slot = Some(h),
                 }
-                "udp" if size <= MAX_UDP_PAYLOAD => udp_pingpong(size, count, warmup, poll)?,
-                "udp" => continue,
-                _ => tcp_pingpong(size, count, warmup, poll)?,
-            };
-            let row = LatencyRow::from_histogram(t, size, &h);
+            }
+        }
+        for (t, h) in args.transports.iter().zip(&hists) {
+            let Some(h) = h else { continue };
+            let row = LatencyRow::from_histogram(t, size, h);
             if !args.json {
                 eprintln!("{t} {size}: p50 {:.2} µs", row.p50_us);
             }
             rows.push(row);
         }
     }
-    if args.json {
-        println!("{}", to_json(rows));
-    } else {
-        print_latency_table(&rows);
-        print_ratios(&rows);
-    }
-    Ok(())
+    Ok(rows)
 }
 
 /// Homa / UDP and Homa / TCP ratios, the numbers the performance goals use.
@@ -207,6 +246,54 @@ pub fn homa_echo(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rounds_share_the_round_trips() {
+        for (count, rounds) in [(20_000, 5), (7, 3), (2, 5), (100, 1)] {
+            let shares: Vec<u64> = (0..rounds).map(|r| round_share(count, rounds, r)).collect();
+            assert_eq!(shares.iter().sum::<u64>(), count, "{shares:?}");
+            let (lo, hi) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{shares:?}");
+        }
+    }
+
+    /// Every transport is measured in every round and the rows count all
+    /// round trips of all rounds.
+    #[test]
+    fn rounds_merge_into_one_row_per_transport_and_size() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: EchoBenchArgs,
+        }
+        let cli = Cli::parse_from([
+            "x",
+            "--sizes",
+            "100,70000",
+            "--iters",
+            "31",
+            "--rounds",
+            "3",
+            "--poll-us",
+            "0",
+        ]);
+        let rows = measure(&cli.args).unwrap();
+        let got: Vec<(&str, usize, u64)> = rows
+            .iter()
+            .map(|r| (r.transport.as_str(), r.size, r.count))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("homa", 100, 31),
+                ("udp", 100, 31),
+                ("tcp", 100, 31),
+                ("homa", 70000, 31),
+                ("tcp", 70000, 31)
+            ]
+        );
+    }
 
     #[test]
     fn large_sizes_run_fewer_iterations() {

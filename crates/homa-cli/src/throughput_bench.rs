@@ -17,6 +17,12 @@ pub struct ThroughputBenchArgs {
     /// Seconds to run each transport.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
+    /// The transports take turns in this many rounds of `seconds / rounds`
+    /// each (a new connection or endpoint pair every round), so that the
+    /// machine's drift during a run, and loopback TCP's run-to-run swings,
+    /// are shared alike; rates are total bytes over total time.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub rounds: u64,
     /// Messages in flight at once (unanswered), for both transports.
     #[arg(long, default_value_t = 4)]
     pub window: usize,
@@ -43,26 +49,43 @@ pub struct ThroughputBenchArgs {
 
 pub fn run(args: ThroughputBenchArgs) -> anyhow::Result<()> {
     let poll = Duration::from_micros(args.homa.poll_us);
-    let mut rows = Vec::new();
     for t in &args.transports {
-        let (count, secs) = match t.as_str() {
-            "homa" => homa_stream(&args).context("homa stream")?,
-            "tcp" => tcp_throughput(args.size, args.reply_size, args.window, args.seconds, poll)?,
-            "udp-gso" => {
-                // The largest UDP payload that fits the MTU (IPv4 + UDP
-                // headers: 28 bytes), as Homa's packets.
-                let segment = args.homa.mtu.saturating_sub(28);
-                udp_gso_stream(args.size, segment, args.seconds)?
-            }
-            other => anyhow::bail!("unknown transport {other:?}"),
-        };
-        rows.push(ThroughputRow {
+        anyhow::ensure!(
+            ["homa", "tcp", "udp-gso"].contains(&t.as_str()),
+            "unknown transport {t:?}"
+        );
+    }
+    let round_secs = args.seconds / args.rounds as f64;
+    // (messages, seconds) per transport, summed over the rounds.
+    let mut totals = vec![(0u64, 0f64); args.transports.len()];
+    for round in 0..args.rounds {
+        let last = round + 1 == args.rounds;
+        for (t, total) in args.transports.iter().zip(totals.iter_mut()) {
+            let (count, secs) = match t.as_str() {
+                "homa" => homa_stream(&args, round_secs, last).context("homa stream")?,
+                "tcp" => tcp_throughput(args.size, args.reply_size, args.window, round_secs, poll)?,
+                _ => {
+                    // The largest UDP payload that fits the MTU (IPv4 + UDP
+                    // headers: 28 bytes), as Homa's packets.
+                    let segment = args.homa.mtu.saturating_sub(28);
+                    udp_gso_stream(args.size, segment, round_secs)?
+                }
+            };
+            total.0 += count;
+            total.1 += secs;
+        }
+    }
+    let rows: Vec<ThroughputRow> = args
+        .transports
+        .iter()
+        .zip(&totals)
+        .map(|(t, &(count, secs))| ThroughputRow {
             transport: t.clone(),
             size: args.size,
             count,
             gbps: gbps(count * args.size as u64, secs),
-        });
-    }
+        })
+        .collect();
     if args.json {
         println!("{}", to_json(rows));
     } else {
@@ -77,9 +100,14 @@ pub fn run(args: ThroughputBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Streams messages to a Homa echo server with `window` in flight; returns
-/// (messages answered, seconds).
-fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
+/// Streams messages to a Homa echo server with `window` in flight for
+/// `seconds`; returns (messages answered, seconds). `report`: print the
+/// endpoints' counters (to stderr, unless --json).
+fn homa_stream(
+    args: &ThroughputBenchArgs,
+    seconds: f64,
+    report: bool,
+) -> anyhow::Result<(u64, f64)> {
     let cfg = args.homa.config_with_link(crate::bench::LOOPBACK_GBPS)?;
     let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let addr = server.local_addr();
@@ -126,7 +154,7 @@ fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
         bufs.push(b.clone());
         b
     };
-    let limit = Duration::from_secs_f64(args.seconds);
+    let limit = Duration::from_secs_f64(seconds);
     let result = (|| -> anyhow::Result<(u64, f64)> {
         let start = Instant::now();
         let mut outstanding = 0;
@@ -165,9 +193,9 @@ fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
         served >= done,
         "server answered {served} messages, client saw {done}"
     );
-    if !args.json {
+    if report && !args.json {
         eprintln!(
-            "homa client: {} packets in {} sendmmsg calls ({} GSO sends, {} would block), {} recvmmsg calls with data, {} empty, {} retransmitted, {} resends; gso/gro {:?}",
+            "homa client (last round): {} packets in {} sendmmsg calls ({} GSO sends, {} would block), {} recvmmsg calls with data, {} empty, {} retransmitted, {} resends; gso/gro {:?}",
             stats.packets_sent,
             stats.send_calls,
             stats.gso_sends,
@@ -179,7 +207,7 @@ fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
             client.offloads()
         );
         eprintln!(
-            "homa server: {} packets in {} recvmmsg calls with data ({} GRO datagrams), {} empty polls",
+            "homa server (last round): {} packets in {} recvmmsg calls with data ({} GRO datagrams), {} empty polls",
             sstats.packets_received, sstats.recv_batches, sstats.gro_datagrams, sstats.recv_empty
         );
         let drops: Vec<String> = sm
@@ -194,8 +222,8 @@ fn homa_stream(args: &ThroughputBenchArgs) -> anyhow::Result<(u64, f64)> {
             })
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        eprintln!("homa server counters: {}", drops.join(" "));
-        eprintln!("homa waits: client {crs:?}; server {srs:?}");
+        eprintln!("homa server counters (last round): {}", drops.join(" "));
+        eprintln!("homa waits (last round): client {crs:?}; server {srs:?}");
     }
     Ok((done, secs))
 }

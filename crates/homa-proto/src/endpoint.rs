@@ -632,10 +632,10 @@ impl Endpoint {
     /// are made once, after the last packet, as if they had all arrived at
     /// the same instant, which they did.
     pub fn handle_datagrams(&mut self, now: Time, from: SocketAddr, data: &[u8], segment: usize) {
-        self.run_deferred(now);
         if segment == 0 || data.len() <= segment {
             return self.handle_datagram(now, from, data);
         }
+        self.run_deferred(now);
         self.grants_deferred = true;
         let mut hint = None;
         for packet in data.chunks(segment) {

@@ -30,6 +30,11 @@ pub const MAX_ACKS_PER_PACKET: usize = 32;
 /// Byte of the common header that holds an ACK's id count (reserved, zero, in
 /// every other type).
 const ACK_COUNT_AT: usize = 3;
+/// Body bytes of the fixed-size packet types (the decoder requires exactly
+/// these; `packet_len` declares them).
+const GRANT_BODY_LEN: usize = 8;
+const RESEND_BODY_LEN: usize = 12;
+const CUTOFFS_BODY_LEN: usize = 4 + 4 * MAX_PRIORITIES;
 /// Offset of a DATA packet's `payload_length` (u16) from the packet's start.
 /// A u16 suffices: `Config` caps packets at 65,000 bytes.
 const PAYLOAD_LEN_AT: usize = COMMON_HEADER_LEN + 14;
@@ -380,7 +385,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             Packet::Data { header, payload }
         }
         PacketType::Grant => {
-            exact(8)?;
+            exact(GRANT_BODY_LEN)?;
             check_reserved(&body[5..8])?;
             Packet::Grant(Grant {
                 offset: u32_at(body, 0),
@@ -388,7 +393,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             })
         }
         PacketType::Resend => {
-            exact(12)?;
+            exact(RESEND_BODY_LEN)?;
             check_reserved(&body[9..12])?;
             Packet::Resend(Resend {
                 offset: u32_at(body, 0),
@@ -409,7 +414,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             Packet::NeedAck
         }
         PacketType::Cutoffs => {
-            exact(4 + 4 * MAX_PRIORITIES)?;
+            exact(CUTOFFS_BODY_LEN)?;
             check_reserved(&body[2..4])?;
             let mut cutoffs = [0u32; MAX_PRIORITIES];
             for (i, c) in cutoffs.iter_mut().enumerate() {
@@ -444,10 +449,10 @@ pub fn packet_len(buf: &[u8]) -> Option<usize> {
             let at = buf.get(PAYLOAD_LEN_AT..PAYLOAD_LEN_AT + 2)?;
             DATA_PACKET_OVERHEAD + u16::from_le_bytes([at[0], at[1]]) as usize
         }
-        PacketType::Grant => COMMON_HEADER_LEN + 8,
-        PacketType::Resend => COMMON_HEADER_LEN + 12,
+        PacketType::Grant => COMMON_HEADER_LEN + GRANT_BODY_LEN,
+        PacketType::Resend => COMMON_HEADER_LEN + RESEND_BODY_LEN,
         PacketType::RpcUnknown | PacketType::Busy | PacketType::NeedAck => COMMON_HEADER_LEN,
-        PacketType::Cutoffs => COMMON_HEADER_LEN + 4 + 4 * MAX_PRIORITIES,
+        PacketType::Cutoffs => COMMON_HEADER_LEN + CUTOFFS_BODY_LEN,
         PacketType::Ack => COMMON_HEADER_LEN + 8 * *buf.get(ACK_COUNT_AT)? as usize,
     })
 }

@@ -44,6 +44,20 @@ pub struct EchoBenchArgs {
     /// per trace point.
     #[arg(long, requires = "timetrace")]
     pub serialized: bool,
+    /// With --timetrace: record only these events (comma-separated, e.g.
+    /// "recvmmsg got,sendmmsg start,response returned"); fewer trace points
+    /// disturb the path less.
+    #[arg(long, requires = "timetrace", value_delimiter = ',')]
+    pub timetrace_events: Option<Vec<String>>,
+    /// With --timetrace: also write every recorded event to this file
+    /// (nanoseconds, thread, event; tab-separated).
+    #[arg(long, requires = "timetrace")]
+    pub timetrace_dump: Option<std::path::PathBuf>,
+    /// How the Homa echo server takes requests: `serve` (the handler runs in
+    /// the server thread's own receive pass, `Endpoint::serve`) or `queue`
+    /// (`Endpoint::recv_request`, then `reply`).
+    #[arg(long, default_value = "serve", value_parser = ["serve", "queue"])]
+    pub homa_server: String,
     #[command(flatten)]
     pub homa: HomaOpts,
 }
@@ -85,6 +99,11 @@ fn measure(args: &EchoBenchArgs) -> anyhow::Result<Vec<LatencyRow>> {
     let rounds = if args.timetrace { 1 } else { args.rounds };
     for &size in &sizes {
         homa::timetrace::set_serialized(args.serialized);
+        let only: Option<Vec<&str>> = args
+            .timetrace_events
+            .as_ref()
+            .map(|v| v.iter().map(String::as_str).collect());
+        homa::timetrace::set_only(only.as_deref());
         let count = count_for(args.iters, size);
         let mut hists: Vec<Option<Histogram<u64>>> = vec![None; args.transports.len()];
         for r in 0..rounds {
@@ -101,10 +120,17 @@ fn measure(args: &EchoBenchArgs) -> anyhow::Result<Vec<LatencyRow>> {
             for (t, slot) in args.transports.iter().zip(hists.iter_mut()) {
                 let h = match t.as_str() {
                     "homa" => {
-                        let h = homa_echo(&args.homa, size, n, warmup, args.timetrace)
-                            .context("homa echo")?;
+                        let h = homa_echo(
+                            &args.homa,
+                            size,
+                            n,
+                            warmup,
+                            args.timetrace,
+                            args.homa_server == "serve",
+                        )
+                        .context("homa echo")?;
                         if args.timetrace {
-                            print_timetrace(size, n);
+                            print_timetrace(size, n, args.timetrace_dump.as_deref())?;
                         }
                         h
                     }
@@ -149,9 +175,19 @@ fn print_ratios(rows: &[LatencyRow]) {
 
 /// The mean duration of each step of a round trip, from the time trace of
 /// the last run; steps seen in fewer than half the round trips are left out.
-fn print_timetrace(size: usize, count: u64) {
+fn print_timetrace(size: usize, count: u64, dump: Option<&std::path::Path>) -> anyhow::Result<()> {
     let events = homa::timetrace::collect();
     homa::timetrace::clear();
+    if let Some(path) = dump {
+        use std::io::Write;
+        let file =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let mut f = std::io::BufWriter::new(file);
+        for e in &events {
+            writeln!(f, "{:.1}\t{}\t{}", e.ns, e.thread, e.event)?;
+        }
+        f.flush()?;
+    }
     let rts = events
         .iter()
         .filter(|e| e.event == "response returned")
@@ -177,6 +213,16 @@ fn print_timetrace(size: usize, count: u64) {
     for (step, n, excess) in blamed.iter().take(8) {
         eprintln!("  {n:6} x  +{excess:8.0} ns  {step}");
     }
+    // The runtime's own share of a round trip, per side, by medians: the
+    // raw UDP ping-pong's turnaround is close to nothing, so these two sum
+    // to most of Homa's extra latency. Only one-datagram exchanges pair up.
+    eprintln!("turnaround, median (datagram received -> next send system call):");
+    for (thread, median, n) in
+        homa::timetrace::turnarounds(&events, "recvmmsg got", "sendmmsg start")
+    {
+        eprintln!("  {median:8.0} ns  {thread}  ({n} samples)");
+    }
+    Ok(())
 }
 
 /// Round trips of `size`-byte echoes between two Homa endpoints.
@@ -186,6 +232,7 @@ pub fn homa_echo(
     count: u64,
     warmup: u64,
     timetrace: bool,
+    inline: bool,
 ) -> anyhow::Result<Histogram<u64>> {
     let cfg = opts.config_with_link(crate::bench::LOOPBACK_GBPS)?;
     let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
@@ -195,6 +242,14 @@ pub fn homa_echo(
         std::thread::Builder::new()
             .name("server".into())
             .spawn(move || -> homa::Result<()> {
+                if inline {
+                    // Echoed from the pool without a copy, as the UDP
+                    // baseline echoes from its receive buffer.
+                    return srv.serve(|req| {
+                        let (message, responder) = req.into_parts();
+                        let _ = responder.reply(message.into_bytes());
+                    });
+                }
                 loop {
                     match srv.recv_request() {
                         Ok(req) => {

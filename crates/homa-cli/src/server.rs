@@ -67,14 +67,11 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One worker: receive, answer, repeat until the endpoint shuts down.
+/// One worker: answers requests inside its own receive passes
+/// (`Endpoint::serve`) until the endpoint shuts down.
 fn serve(ep: &homa::Endpoint, served: &AtomicU64, fixed: Option<Bytes>) -> anyhow::Result<()> {
-    loop {
-        let req = match ep.recv_request() {
-            Ok(r) => r,
-            Err(homa::Error::Shutdown) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
+    let mut failed = None;
+    ep.serve(|req| {
         let (message, responder) = req.into_parts();
         let body = match &fixed {
             Some(b) => b.clone(),
@@ -83,11 +80,16 @@ fn serve(ep: &homa::Endpoint, served: &AtomicU64, fixed: Option<Bytes>) -> anyho
         };
         match responder.reply(body) {
             // The client gave up on this RPC meanwhile: nothing to answer.
-            Ok(()) | Err(homa::Error::InvalidArgument(_)) => {}
-            Err(homa::Error::Shutdown) => return Ok(()),
-            Err(e) => return Err(e.into()),
+            Ok(()) | Err(homa::Error::InvalidArgument(_)) | Err(homa::Error::Shutdown) => {}
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
         }
         served.fetch_add(1, Ordering::Relaxed);
+    })?;
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
     }
 }
 

@@ -20,6 +20,7 @@ use crate::timetrace;
 use crate::wait::{Slot, WaitQueue, Waiter};
 use homa_proto::{EndpointStats, Event, Metrics, Outgoing, RpcId, SendBuf, ServerRpc};
 use parking_lot::Mutex;
+use std::cell::Cell;
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
@@ -55,6 +56,42 @@ const TIMER_DEFER_NS: u64 = 200_000;
 const URGENT_NS: u64 = 100_000;
 
 type RpcResult = Result<homa_proto::Message>;
+
+thread_local! {
+    /// Set while this thread runs a [`Endpoint::serve`] handler inside a
+    /// drive pass: that endpoint's engine lock is held by this very thread,
+    /// so its calls into the same endpoint use the pass's driver instead of
+    /// locking (which would deadlock).
+    static INLINE: Cell<Option<Inline>> = const { Cell::new(None) };
+}
+
+#[derive(Clone, Copy)]
+struct Inline {
+    shared: *const Shared,
+    /// Null when the handler runs outside a pass (a request that another
+    /// thread's pass queued): calls then lock as usual, but blocking waits
+    /// are refused all the same, so a handler behaves alike either way.
+    driver: *mut Driver,
+    now: u64,
+}
+
+/// Clears [`INLINE`] when the handler returns or unwinds.
+struct InlineGuard(Option<Inline>);
+
+impl Drop for InlineGuard {
+    fn drop(&mut self) {
+        INLINE.with(|c| c.set(self.0));
+    }
+}
+
+/// A serving thread's handler, run on requests its own drive passes bring in.
+pub(crate) struct Serving<'a> {
+    shared: &'a Arc<Shared>,
+    handler: &'a mut dyn FnMut(Request),
+    /// Requests handled inline so far (the poll loop keeps polling while
+    /// this grows).
+    served: u64,
+}
 
 /// Where a client RPC's outcome goes.
 enum Target {
@@ -494,6 +531,62 @@ impl Endpoint {
         r
     }
 
+    /// Serves requests on this thread until the endpoint shuts down: each
+    /// request goes to `handler`, which answers it with [`Request::reply`]
+    /// (or keeps it, or passes it to another thread to answer later).
+    ///
+    /// This is the fastest way to serve short requests. While this thread
+    /// polls, a request it receives runs `handler` right there, inside the
+    /// pass that received it and under the endpoint's engine lock, and a
+    /// reply given inside the handler leaves in that same pass: no queue, no
+    /// second lock, no thread handoff (eRPC's dispatch-thread handlers work
+    /// the same way). The price: while a handler runs, no other thread can
+    /// drive this endpoint, so a handler should be short. Long work belongs
+    /// on another thread: move the [`Request`] there and reply from there.
+    /// Inside the handler, this endpoint's blocking waits (`call`,
+    /// `PendingRpc::wait`, `recv_request`...) return
+    /// [`Error::InvalidArgument`]; starting RPCs and replying work.
+    ///
+    /// Any number of threads may serve the same endpoint, alongside threads
+    /// using [`Self::recv_request`]; requests that another thread's pass
+    /// brought in are taken from the queue and handled here too.
+    ///
+    /// ```no_run
+    /// let ep = homa::Endpoint::bind("127.0.0.1:4000")?;
+    /// // An echo server; returns once `ep.shutdown()` is called elsewhere.
+    /// ep.serve(|req| {
+    ///     let (message, responder) = req.into_parts();
+    ///     let _ = responder.reply(message.into_bytes());
+    /// })?;
+    /// # Ok::<(), homa::Error>(())
+    /// ```
+    pub fn serve(&self, mut handler: impl FnMut(Request)) -> Result<()> {
+        let shared = self.shared();
+        shared.check_may_wait()?;
+        let mut serving = Serving {
+            shared,
+            handler: &mut handler,
+            served: 0,
+        };
+        loop {
+            match shared.wait_queue_serving(&shared.requests, None, Some(&mut serving)) {
+                Ok(Some(r)) => {
+                    let req = shared.request(r);
+                    let _guard = InlineGuard(INLINE.with(|c| {
+                        c.replace(Some(Inline {
+                            shared: &**shared,
+                            driver: std::ptr::null_mut(),
+                            now: 0,
+                        }))
+                    }));
+                    (serving.handler)(req);
+                }
+                Ok(None) | Err(Error::Shutdown) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// Like [`Self::recv_request`], returning `Ok(None)` after `timeout`.
     pub fn recv_request_timeout(&self, timeout: Duration) -> Result<Option<Request>> {
         let deadline = self.shared().now_ns() + dur_ns(timeout);
@@ -523,17 +616,17 @@ impl Endpoint {
 
     /// The engine's counters (packets by type, drops by reason...).
     pub fn metrics(&self) -> Metrics {
-        self.shared().driver.lock().engine.metrics().clone()
+        self.shared().locked(|d| d.engine.metrics().clone())
     }
 
     /// The engine's table sizes.
     pub fn engine_stats(&self) -> EndpointStats {
-        self.shared().driver.lock().engine.stats()
+        self.shared().locked(|d| d.engine.stats())
     }
 
     /// The socket layer's counters (syscalls, GSO/GRO use, errors).
     pub fn socket_stats(&self) -> SocketStats {
-        self.shared().driver.lock().stats.clone()
+        self.shared().locked(|d| d.stats.clone())
     }
 
     /// Counters of the waiting machinery.
@@ -574,6 +667,9 @@ impl PendingRpc {
 
     /// Waits for the response.
     pub fn wait(mut self) -> Result<Message> {
+        if !self.slot.is_done() {
+            self.shared.check_may_wait()?;
+        }
         let r = self.shared.wait_slot(&self.slot, None);
         self.finish(r)
     }
@@ -581,6 +677,9 @@ impl PendingRpc {
     /// Waits at most `timeout`; on expiry abandons the RPC and returns
     /// [`Error::Timeout`].
     pub fn wait_timeout(mut self, timeout: Duration) -> Result<Message> {
+        if !self.slot.is_done() {
+            self.shared.check_may_wait()?;
+        }
         let deadline = self.shared.now_ns() + dur_ns(timeout);
         let r = self.shared.wait_slot(&self.slot, Some(deadline));
         self.finish(r)
@@ -742,11 +841,66 @@ impl Shared {
     /// Runs `f` under the engine lock, then lets the engine transmit (and,
     /// with `recv`, receive first), then wakes whoever got a result.
     fn with_driver<R>(&self, recv: bool, f: impl FnOnce(&mut Driver, u64) -> R) -> R {
+        if let Some((d, now)) = self.inline_driver() {
+            // Inside this endpoint's serve handler: the pass that runs the
+            // handler transmits and wakes afterwards.
+            return f(d, now);
+        }
         let mut d = self.driver.lock();
         let now = self.clock(&mut d);
         self.last_app.store(now, Relaxed);
         let r = f(&mut d, now);
         self.drive(&mut d, now, recv);
+        let wakes = std::mem::take(&mut d.wakes);
+        drop(d);
+        for w in wakes {
+            w.wake();
+        }
+        r
+    }
+
+    /// The driver of the drive pass running on this thread, if it is
+    /// running this endpoint's serve handler.
+    #[allow(clippy::mut_from_ref)]
+    fn inline_driver(&self) -> Option<(&mut Driver, u64)> {
+        let i = INLINE.with(|c| c.get())?;
+        if !std::ptr::eq(i.shared, self) || i.driver.is_null() {
+            return None;
+        }
+        // SAFETY: `serve_inline` set this pointer from the `&mut Driver` of
+        // the pass that is calling the handler on this thread, does not use
+        // that reference until the handler returns, and clears the pointer
+        // then. The pass holds the engine lock throughout.
+        Some((unsafe { &mut *i.driver }, i.now))
+    }
+
+    /// Whether this thread is inside this endpoint's serve handler, where
+    /// waiting on the endpoint would wait for the handler itself.
+    fn in_handler(&self) -> bool {
+        INLINE
+            .with(|c| c.get())
+            .is_some_and(|i| std::ptr::eq(i.shared, self))
+    }
+
+    /// Refuses a blocking wait from inside this endpoint's serve handler.
+    fn check_may_wait(&self) -> Result<()> {
+        if self.in_handler() {
+            return Err(Error::InvalidArgument(
+                "cannot wait on an endpoint inside its own serve handler (the handler holds \
+                 its engine; move the work to another thread)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on the driver without a drive pass (counters, shutdown).
+    fn locked<R>(&self, f: impl FnOnce(&mut Driver) -> R) -> R {
+        if let Some((d, _)) = self.inline_driver() {
+            return f(d);
+        }
+        let mut d = self.driver.lock();
+        let r = f(&mut d);
         let wakes = std::mem::take(&mut d.wakes);
         drop(d);
         for w in wakes {
@@ -765,9 +919,14 @@ impl Shared {
     /// One non-blocking pass if nobody else is driving right now; returns
     /// the engine time used, if it ran.
     pub(crate) fn drive_once(&self) -> Option<u64> {
+        self.drive_once_serving(None)
+    }
+
+    /// [`Self::drive_once`] that hands requests to `serving`'s handler.
+    fn drive_once_serving(&self, serving: Option<&mut Serving>) -> Option<u64> {
         let mut d = self.driver.try_lock()?;
         let now = self.clock(&mut d);
-        self.drive(&mut d, now, true);
+        self.drive_serving(&mut d, now, true, serving);
         let wakes = std::mem::take(&mut d.wakes);
         drop(d);
         for w in wakes {
@@ -848,6 +1007,12 @@ impl Shared {
 
     /// Receive, timers, events, transmit: one round of progress.
     fn drive(&self, d: &mut Driver, now: u64, recv: bool) {
+        self.drive_serving(d, now, recv, None)
+    }
+
+    /// [`Self::drive`]; requests go to `serving`'s handler, if given, before
+    /// the pass transmits (so their replies leave in this pass).
+    fn drive_serving(&self, d: &mut Driver, now: u64, recv: bool, serving: Option<&mut Serving>) {
         let mut got = false;
         if recv {
             got = self.receive(d, now);
@@ -872,7 +1037,10 @@ impl Shared {
         {
             d.engine.handle_timeout(now);
         }
-        self.dispatch_events(d);
+        match serving {
+            Some(s) => self.dispatch_serving(d, now, s),
+            None => self.dispatch_events(d),
+        }
         timetrace::record("events dispatched");
         self.transmit(d, now);
         // After an application's send or reply has gone out: what the
@@ -990,25 +1158,60 @@ impl Shared {
 
     fn dispatch_events(&self, d: &mut Driver) {
         while let Some(ev) = d.engine.poll_event() {
+            self.dispatch(d, ev);
+        }
+    }
+
+    fn dispatch(&self, d: &mut Driver, ev: Event) {
+        match ev {
+            Event::Request { rpc, message } => {
+                if let Some(w) = self.requests.push((rpc, message)) {
+                    d.wakes.push(w);
+                }
+            }
+            Event::Response { id, message } => {
+                // Unknown ids were abandoned by the application: the
+                // message is dropped here and its pool space returns.
+                if let Some(rpc) = d.rpcs.remove(&d.engine, id) {
+                    self.complete(d, id, rpc, Ok(message));
+                }
+            }
+            Event::Failed { id, error } => {
+                if let Some(rpc) = d.rpcs.remove(&d.engine, id) {
+                    let e = Error::from_rpc(error, self.max_message);
+                    self.complete(d, id, rpc, Err(e));
+                }
+            }
+        }
+    }
+
+    /// [`Self::dispatch_events`] on a serving thread's own pass: each request
+    /// goes straight to the handler, on this thread, under the engine lock.
+    /// No queue, no second lock, no second pass: a reply given inside the
+    /// handler is in the engine before this pass transmits.
+    fn dispatch_serving(&self, d: &mut Driver, now: u64, s: &mut Serving) {
+        while let Some(ev) = d.engine.poll_event() {
             match ev {
                 Event::Request { rpc, message } => {
-                    if let Some(w) = self.requests.push((rpc, message)) {
-                        d.wakes.push(w);
+                    if self.shut.load(Acquire) {
+                        // Nobody will answer: release its pool space.
+                        continue;
                     }
+                    let req = s.shared.request((rpc, message));
+                    timetrace::record("inline request");
+                    let driver: *mut Driver = d;
+                    let _guard = InlineGuard(INLINE.with(|c| {
+                        c.replace(Some(Inline {
+                            shared: self,
+                            driver,
+                            now,
+                        }))
+                    }));
+                    (s.handler)(req);
+                    s.served += 1;
+                    self.counters.found_polling.fetch_add(1, Relaxed);
                 }
-                Event::Response { id, message } => {
-                    // Unknown ids were abandoned by the application: the
-                    // message is dropped here and its pool space returns.
-                    if let Some(rpc) = d.rpcs.remove(&d.engine, id) {
-                        self.complete(d, id, rpc, Ok(message));
-                    }
-                }
-                Event::Failed { id, error } => {
-                    if let Some(rpc) = d.rpcs.remove(&d.engine, id) {
-                        let e = Error::from_rpc(error, self.max_message);
-                        self.complete(d, id, rpc, Err(e));
-                    }
-                }
+                ev => self.dispatch(d, ev),
             }
         }
     }
@@ -1230,6 +1433,7 @@ impl Shared {
     fn wait_with<T>(
         &self,
         deadline: Option<u64>,
+        mut serving: Option<&mut Serving>,
         mut check: impl FnMut() -> Option<T>,
         mut register: impl FnMut(Waiter) -> Option<Option<u64>>,
         mut deregister: impl FnMut(Option<u64>),
@@ -1242,13 +1446,24 @@ impl Shared {
         // engine time serves as the start: no extra clock read).
         let mut poll_end = None;
         let mut now;
+        let mut served = serving.as_ref().map_or(0, |s| s.served);
         let found = loop {
-            now = self.drive_once().unwrap_or_else(|| self.now_ns());
+            now = self
+                .drive_once_serving(serving.as_deref_mut())
+                .unwrap_or_else(|| self.now_ns());
             if let Some(v) = check() {
                 break Some(v);
             }
             if self.shut.load(Acquire) {
                 break None;
+            }
+            // A serving thread that just handled requests inline polls on
+            // for another `poll_ns`.
+            if let Some(s) = serving.as_ref() {
+                if s.served != served {
+                    served = s.served;
+                    poll_end = None;
+                }
             }
             match poll_end {
                 None => {
@@ -1329,6 +1544,7 @@ impl Shared {
     fn wait_slot(&self, slot: &Slot<RpcResult>, deadline: Option<u64>) -> Option<RpcResult> {
         self.wait_with(
             deadline,
+            None,
             || slot.take(),
             |w| {
                 if slot.register(w) {
@@ -1342,11 +1558,31 @@ impl Shared {
     }
 
     fn wait_queue<T>(&self, q: &WaitQueue<T>, deadline: Option<u64>) -> Result<Option<T>> {
+        self.wait_queue_serving(q, deadline, None)
+    }
+
+    fn wait_queue_serving<T>(
+        &self,
+        q: &WaitQueue<T>,
+        deadline: Option<u64>,
+        serving: Option<&mut Serving>,
+    ) -> Result<Option<T>> {
         if self.shut.load(Acquire) {
             return Err(Error::Shutdown);
         }
+        if self.in_handler() {
+            // Only what is already queued: waiting would wait for ourselves.
+            if let Some(v) = q.try_pop() {
+                return Ok(Some(v));
+            }
+            if deadline.is_some_and(|d| d <= self.now_ns()) {
+                return Ok(None);
+            }
+            self.check_may_wait()?;
+        }
         let r = self.wait_with(
             deadline,
+            serving,
             || q.try_pop(),
             |w| q.register(w).map(Some),
             |t| {
@@ -1371,23 +1607,17 @@ impl Shared {
         if self.shut.swap(true, SeqCst) {
             return;
         }
-        {
-            let mut d = self.driver.lock();
+        self.locked(|d| {
             d.engine.shutdown();
-            self.dispatch_events(&mut d);
+            self.dispatch_events(d);
             let left = d.rpcs.drain();
             for (id, rpc) in left {
-                self.complete(&mut d, id, rpc, Err(Error::Shutdown));
+                self.complete(d, id, rpc, Err(Error::Shutdown));
             }
-            let now = self.clock(&mut d);
-            self.transmit(&mut d, now);
+            let now = self.clock(d);
+            self.transmit(d, now);
             self.inflight.store(0, SeqCst);
-            let wakes = std::mem::take(&mut d.wakes);
-            drop(d);
-            for w in wakes {
-                w.wake();
-            }
-        }
+        });
         // Requests nobody will answer: release their pool space.
         drop(self.requests.drain());
         self.requests.wake_all();

@@ -11,7 +11,7 @@
 //! events of a round trip, which is how the runtime's overhead was found.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -112,8 +112,29 @@ pub fn record(event: &'static str) {
     }
 }
 
+/// Records only these events, if set (see [`set_only`]).
+static ONLY: AtomicPtr<Vec<String>> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Records only the named events from now on (`None`: all of them). Fewer
+/// trace points disturb the path less: with just the socket calls traced,
+/// the time between them is the runtime's own, nearly undisturbed.
+pub fn set_only(events: Option<&[&str]>) {
+    let new = events.map_or(std::ptr::null_mut(), |e| {
+        Box::into_raw(Box::new(e.iter().map(|s| s.to_string()).collect()))
+    });
+    // The old list is leaked: a thread may be reading it right now, and
+    // filters are set a handful of times per process.
+    ONLY.store(new, Ordering::Release);
+}
+
 #[cold]
 fn record_slow(event: &'static str) {
+    let only = ONLY.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer came from `Box::into_raw` in `set_only`
+    // and is never freed.
+    if !only.is_null() && !unsafe { &*only }.iter().any(|o| o == event) {
+        return;
+    }
     let t = if SERIALIZED.load(Ordering::Relaxed) {
         serialized_cycles()
     } else {
@@ -214,6 +235,39 @@ pub fn breakdown(events: &[TraceEvent]) -> Vec<(String, f64, usize)> {
         s.1 /= s.2.max(1) as f64;
     }
     steps
+}
+
+/// For each thread, the median time from a `from` event to that thread's
+/// next `to` event, and how many there were: e.g. from a datagram received
+/// to the next system call that sends, a thread's turnaround, which a
+/// ping-pong pays once per side and round trip. Medians resist the
+/// preemptions and page faults that skew the means of [`breakdown`].
+pub fn turnarounds(events: &[TraceEvent], from: &str, to: &str) -> Vec<(String, f64, usize)> {
+    let mut per: Vec<(String, Vec<f64>, Option<f64>)> = Vec::new();
+    for e in events {
+        let i = match per.iter().position(|p| p.0 == e.thread) {
+            Some(i) => i,
+            None => {
+                per.push((e.thread.clone(), Vec::new(), None));
+                per.len() - 1
+            }
+        };
+        let p = &mut per[i];
+        if e.event == from {
+            p.2 = Some(e.ns);
+        } else if e.event == to {
+            if let Some(t) = p.2.take() {
+                p.1.push(e.ns - t);
+            }
+        }
+    }
+    per.into_iter()
+        .filter(|p| !p.1.is_empty())
+        .map(|(thread, mut v, _)| {
+            v.sort_by(f64::total_cmp);
+            (thread, v[v.len() / 2], v.len())
+        })
+        .collect()
 }
 
 /// What makes the slowest operations slow. The trace is cut into
@@ -339,6 +393,58 @@ mod tests {
             thread: "t".into(),
             event,
         }
+    }
+
+    #[test]
+    fn turnarounds_pair_each_start_with_its_threads_next_end() {
+        let on = |thread: &str, ns: f64, event: &'static str| TraceEvent {
+            ns,
+            thread: thread.into(),
+            event,
+        };
+        let events = vec![
+            on("a", 0.0, "got"),
+            on("b", 1.0, "got"),
+            on("a", 2.0, "other"),
+            on("a", 10.0, "send"),
+            on("b", 31.0, "send"),
+            on("a", 40.0, "send"), // no start since the last end: ignored
+            on("a", 50.0, "got"),
+            on("a", 62.0, "send"),
+            on("a", 70.0, "got"),
+            on("a", 84.0, "send"),
+        ];
+        let t = turnarounds(&events, "got", "send");
+        assert_eq!(
+            t,
+            vec![("a".to_string(), 12.0, 3), ("b".to_string(), 30.0, 1)]
+        );
+    }
+
+    #[test]
+    fn a_filter_records_only_the_named_events() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        set_only(Some(&["keep-me"]));
+        enable(true);
+        let names: Vec<&str> = std::thread::Builder::new()
+            .name("tt-only".into())
+            .spawn(|| {
+                record("drop-me");
+                record("keep-me");
+            })
+            .unwrap()
+            .join()
+            .map(|_| {
+                collect()
+                    .into_iter()
+                    .filter(|e| e.thread == "tt-only")
+                    .map(|e| e.event)
+                    .collect()
+            })
+            .unwrap();
+        enable(false);
+        set_only(None);
+        assert_eq!(names, vec!["keep-me"]);
     }
 
     #[test]

@@ -134,7 +134,14 @@ fn measure(args: &EchoBenchArgs) -> anyhow::Result<Vec<LatencyRow>> {
                         }
                         h
                     }
-                    "udp" if size <= MAX_UDP_PAYLOAD => udp_pingpong(size, n, warmup, poll)?,
+                    "udp" if size <= MAX_UDP_PAYLOAD => {
+                        let h = udp_pingpong(size, n, warmup, poll, args.timetrace)?;
+                        if args.timetrace {
+                            print_socket_times("udp", &homa::timetrace::collect());
+                            homa::timetrace::clear();
+                        }
+                        h
+                    }
                     "udp" => continue,
                     _ => tcp_pingpong(size, n, warmup, poll)?,
                 };
@@ -213,16 +220,30 @@ fn print_timetrace(size: usize, count: u64, dump: Option<&std::path::Path>) -> a
     for (step, n, excess) in blamed.iter().take(8) {
         eprintln!("  {n:6} x  +{excess:8.0} ns  {step}");
     }
-    // The runtime's own share of a round trip, per side, by medians: the
-    // raw UDP ping-pong's turnaround is close to nothing, so these two sum
-    // to most of Homa's extra latency. Only one-datagram exchanges pair up.
-    eprintln!("turnaround, median (datagram received -> next send system call):");
+    print_socket_times("homa", &events);
+    Ok(())
+}
+
+/// A round trip's split between the transport's own work and the kernel's,
+/// by medians (resistant to preemptions): each side's turnaround (datagram
+/// received to its next send system call) and each direction's one-way
+/// time (send system call to the other side's receive returning). The UDP
+/// ping-pong records the same events, so the two compare directly. Only
+/// one-datagram exchanges pair up.
+fn print_socket_times(transport: &str, events: &[homa::timetrace::TraceEvent]) {
+    eprintln!("{transport}: turnaround, median (datagram received -> next send system call):");
     for (thread, median, n) in
-        homa::timetrace::turnarounds(&events, "recvmmsg got", "sendmmsg start")
+        homa::timetrace::turnarounds(events, "recvmmsg got", "sendmmsg start")
     {
         eprintln!("  {median:8.0} ns  {thread}  ({n} samples)");
     }
-    Ok(())
+    eprintln!(
+        "{transport}: one way, median (send system call -> the other side's receive returns):"
+    );
+    for (from, to, median, n) in homa::timetrace::one_ways(events, "sendmmsg start", "recvmmsg got")
+    {
+        eprintln!("  {median:8.0} ns  {from} -> {to}  ({n} samples)");
+    }
 }
 
 /// Round trips of `size`-byte echoes between two Homa endpoints.

@@ -270,6 +270,49 @@ pub fn turnarounds(events: &[TraceEvent], from: &str, to: &str) -> Vec<(String, 
         .collect()
 }
 
+/// For each direction between two threads, the median time from a `send`
+/// event on one to the next `recv` event on the other, and how many there
+/// were: in a ping-pong, a datagram's one-way latency through the kernel
+/// (the sender's system call until the receiver's returns with it).
+pub fn one_ways(
+    events: &[TraceEvent],
+    send: &str,
+    recv: &str,
+) -> Vec<(String, String, f64, usize)> {
+    // The latest unanswered send per thread.
+    let mut pending: Vec<(String, f64)> = Vec::new();
+    let mut per: Vec<(String, String, Vec<f64>)> = Vec::new();
+    for e in events {
+        if e.event == send {
+            match pending.iter_mut().find(|p| p.0 == e.thread) {
+                Some(p) => p.1 = e.ns,
+                None => pending.push((e.thread.clone(), e.ns)),
+            }
+        } else if e.event == recv {
+            let Some(i) = pending
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.0 != e.thread)
+                .max_by(|a, b| a.1 .1.total_cmp(&b.1 .1))
+                .map(|(i, _)| i)
+            else {
+                continue;
+            };
+            let (from, t) = pending.swap_remove(i);
+            match per.iter_mut().find(|p| p.0 == from && p.1 == e.thread) {
+                Some(p) => p.2.push(e.ns - t),
+                None => per.push((from, e.thread.clone(), vec![e.ns - t])),
+            }
+        }
+    }
+    per.into_iter()
+        .map(|(from, to, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (from, to, v[v.len() / 2], v.len())
+        })
+        .collect()
+}
+
 /// What makes the slowest operations slow. The trace is cut into
 /// operations, each ending at an `end` event; for the slowest `fraction` of
 /// them, the step (as in [`breakdown`]) that exceeded its own mean by the
@@ -418,6 +461,31 @@ mod tests {
         assert_eq!(
             t,
             vec![("a".to_string(), 12.0, 3), ("b".to_string(), 30.0, 1)]
+        );
+    }
+
+    #[test]
+    fn one_ways_pair_a_send_with_the_other_threads_next_receive() {
+        let on = |thread: &str, ns: f64, event: &'static str| TraceEvent {
+            ns,
+            thread: thread.into(),
+            event,
+        };
+        let mut events = Vec::new();
+        for i in 0..3 {
+            let t = i as f64 * 100.0;
+            events.push(on("c", t, "send"));
+            events.push(on("s", t + 20.0, "got"));
+            events.push(on("s", t + 30.0, "send"));
+            events.push(on("c", t + 60.0 + i as f64, "got"));
+        }
+        let w = one_ways(&events, "send", "got");
+        assert_eq!(
+            w,
+            vec![
+                ("c".to_string(), "s".to_string(), 20.0, 3),
+                ("s".to_string(), "c".to_string(), 31.0, 3)
+            ]
         );
     }
 

@@ -20,11 +20,15 @@ pub const MAX_UDP_PAYLOAD: usize = 65_507;
 /// Round-trip times of `count` UDP echoes of `size` bytes (after `warmup`).
 /// A lost datagram (possible even on loopback under load) is resent after
 /// 200 ms and that sample is discarded.
+/// With `timetrace`, the measured round trips record the same events at the
+/// same places as Homa's runtime does (`sendmmsg start` before each send,
+/// `recvmmsg got` after each receive), so that both break down alike.
 pub fn udp_pingpong(
     size: usize,
     count: u64,
     warmup: u64,
     poll: Duration,
+    timetrace: bool,
 ) -> anyhow::Result<Histogram<u64>> {
     anyhow::ensure!(
         size <= MAX_UDP_PAYLOAD,
@@ -35,22 +39,26 @@ pub fn udp_pingpong(
     let addr = server.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
-    let echo = std::thread::spawn(move || -> std::io::Result<()> {
-        let mut buf = vec![0u8; 65_536];
-        let w = Waiting {
-            stop: Some(&st),
-            ..Waiting::polling(poll)
-        };
-        loop {
-            match udp_recv(&server, &mut buf, w) {
-                Ok((n, from)) => {
-                    server.send_to(&buf[..n], from)?;
+    let echo = std::thread::Builder::new().name("server".into()).spawn(
+        move || -> std::io::Result<()> {
+            let mut buf = vec![0u8; 65_536];
+            let w = Waiting {
+                stop: Some(&st),
+                ..Waiting::polling(poll)
+            };
+            loop {
+                match udp_recv(&server, &mut buf, w) {
+                    Ok((n, from)) => {
+                        homa::timetrace::record("recvmmsg got");
+                        homa::timetrace::record("sendmmsg start");
+                        server.send_to(&buf[..n], from)?;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(()),
+                    Err(e) => return Err(e),
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => return Ok(()),
-                Err(e) => return Err(e),
             }
-        }
-    });
+        },
+    )?;
     let client = UdpSocket::bind("127.0.0.1:0")?;
     client.set_nonblocking(true)?;
     let msg = payload(size, 1);
@@ -58,7 +66,11 @@ pub fn udp_pingpong(
     let mut h = new_histogram();
     let result = (|| -> anyhow::Result<()> {
         for i in 0..warmup + count {
+            if timetrace && i == warmup {
+                homa::timetrace::enable(true);
+            }
             let t0 = Instant::now();
+            homa::timetrace::record("sendmmsg start");
             client.send_to(&msg, addr)?;
             let w = Waiting {
                 deadline: Some(t0 + Duration::from_millis(200)),
@@ -66,6 +78,7 @@ pub fn udp_pingpong(
             };
             match udp_recv(&client, &mut buf, w) {
                 Ok((n, _)) => {
+                    homa::timetrace::record("recvmmsg got");
                     anyhow::ensure!(n == size, "echo of {n} bytes, sent {size}");
                     if i >= warmup {
                         record(&mut h, t0.elapsed().as_nanos() as u64);
@@ -81,6 +94,9 @@ pub fn udp_pingpong(
         );
         Ok(())
     })();
+    if timetrace {
+        homa::timetrace::enable(false);
+    }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     echo.join()
         .map_err(|_| anyhow::anyhow!("UDP echo thread panicked"))??;
@@ -200,10 +216,10 @@ mod tests {
 
     #[test]
     fn udp_pingpong_measures_every_iteration() {
-        let h = udp_pingpong(100, 50, 5, Duration::from_micros(20)).unwrap();
+        let h = udp_pingpong(100, 50, 5, Duration::from_micros(20), false).unwrap();
         assert!(h.len() >= 45, "{}", h.len());
         assert!(h.value_at_quantile(0.5) > 0);
-        assert!(udp_pingpong(70_000, 1, 0, Duration::ZERO).is_err());
+        assert!(udp_pingpong(70_000, 1, 0, Duration::ZERO, false).is_err());
     }
 
     #[test]

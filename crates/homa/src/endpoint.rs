@@ -333,6 +333,7 @@ impl Endpoint {
                 gso: cfg.gso,
                 gro: cfg.gro,
                 buffer_bytes: cfg.socket_buffer_bytes,
+                dont_fragment: cfg.dont_fragment,
                 // Short messages and control packets mostly go at the top
                 // level: those go out without a TOS cmsg.
                 default_tos: cfg.tos(engine_cfg.priority_levels.saturating_sub(1)),

@@ -36,6 +36,8 @@ pub(crate) struct SocketOptions {
     pub gso: bool,
     pub gro: bool,
     pub buffer_bytes: usize,
+    /// Set DF and never fragment (see `EndpointConfig::dont_fragment`).
+    pub dont_fragment: bool,
     /// TOS byte set on the socket itself: a lone packet with this TOS goes
     /// out with `sendto`, no control message (see [`TxQueue::flush`]).
     pub default_tos: u8,
@@ -70,6 +72,9 @@ pub struct SocketStats {
     pub send_would_block: u64,
     /// Packets dropped because the kernel refused them.
     pub send_errors: u64,
+    /// Of those, packets larger than their route's MTU (`EMSGSIZE`; with
+    /// `dont_fragment`, the configured MTU is too large for that path).
+    pub send_too_big: u64,
     /// ICMP errors read from the error queue.
     pub icmp_errors: u64,
     /// Packets dropped by the fault injector.
@@ -123,6 +128,25 @@ impl UdpSocket {
         setsockopt_int(fd, libc::SOL_IP, libc::IP_RECVERR, 1).ok();
         if v6 {
             setsockopt_int(fd, libc::SOL_IPV6, libc::IPV6_RECVERR, 1).ok();
+        }
+        if opts.dont_fragment {
+            // Best effort: without it the kernel fragments when needed.
+            setsockopt_int(
+                fd,
+                libc::SOL_IP,
+                libc::IP_MTU_DISCOVER,
+                libc::IP_PMTUDISC_DO,
+            )
+            .ok();
+            if v6 {
+                setsockopt_int(
+                    fd,
+                    libc::SOL_IPV6,
+                    libc::IPV6_MTU_DISCOVER,
+                    libc::IPV6_PMTUDISC_DO,
+                )
+                .ok();
+            }
         }
         let tos = opts.default_tos as libc::c_int;
         let tos_v4 = setsockopt_int(fd, libc::SOL_IP, libc::IP_TOS, tos)
@@ -781,6 +805,9 @@ impl TxQueue {
                     // EMSGSIZE, ENOBUFS and the like: the packets are lost, as
                     // they could be on any network; the protocol recovers.
                     stats.send_errors += (b - a) as u64;
+                    if errno == libc::EMSGSIZE {
+                        stats.send_too_big += (b - a) as u64;
+                    }
                     self.head = b;
                 }
             }
@@ -1009,6 +1036,7 @@ mod tests {
             gso: true,
             gro: true,
             buffer_bytes: 1 << 20,
+            dont_fragment: true,
             default_tos: 46 << 2,
         }
     }
@@ -1125,6 +1153,38 @@ mod tests {
         }
         if !gro {
             assert_eq!(stats.gro_datagrams, 0);
+        }
+    }
+
+    #[test]
+    fn dont_fragment_sets_pmtudisc_do_on_both_families() {
+        for (addr, v6) in [("127.0.0.1:0", false), ("[::1]:0", true)] {
+            let Ok(s) = UdpSocket::bind(addr.parse().unwrap(), &opts()) else {
+                continue; // no IPv6 here
+            };
+            let (level, name, want) = if v6 {
+                (
+                    libc::SOL_IPV6,
+                    libc::IPV6_MTU_DISCOVER,
+                    libc::IPV6_PMTUDISC_DO,
+                )
+            } else {
+                (libc::SOL_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
+            };
+            assert_eq!(getsockopt_int(s.fd(), level, name).unwrap(), want, "{addr}");
+            let off = UdpSocket::bind(
+                addr.parse().unwrap(),
+                &SocketOptions {
+                    dont_fragment: false,
+                    ..opts()
+                },
+            )
+            .unwrap();
+            assert_ne!(
+                getsockopt_int(off.fd(), level, name).unwrap(),
+                want,
+                "{addr}: the kernel's default is left alone"
+            );
         }
     }
 

@@ -35,6 +35,11 @@ pub struct HomaOpts {
     /// Disable UDP GRO on receive.
     #[arg(long)]
     pub no_gro: bool,
+    /// Let the kernel fragment packets too large for a route instead of
+    /// sending them with the IP "don't fragment" bit (which fails them at
+    /// send time; the default, see EndpointConfig::dont_fragment).
+    #[arg(long)]
+    pub allow_fragments: bool,
     /// Engine parameter overrides, KEY=VALUE (repeatable). Keys:
     /// rtt_us, unsched_bytes, grant_window, priority_levels,
     /// unsched_priorities, max_overcommit, max_incoming, max_nic_queue_ns,
@@ -59,6 +64,7 @@ impl HomaOpts {
             poll: Duration::from_micros(self.poll_us),
             gso: !self.no_gso,
             gro: !self.no_gro,
+            dont_fragment: !self.allow_fragments,
             ..Default::default()
         };
         cfg.engine.link_bps = (self.link_gbps.unwrap_or(default_gbps) * 1e9) as u64;

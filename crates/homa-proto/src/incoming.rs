@@ -81,9 +81,7 @@ impl Endpoint {
                 self.fail_client(now, key, RpcError::ResponseTooLong);
                 return;
             }
-            let priority = self.unsched_level(h.message_length);
             let rpc = self.rpcs[key as usize].as_mut().unwrap();
-            rpc.inc = Some(InMsg::new(h.message_length, h.unsched_bytes, priority));
             rpc.restarts = 0;
             if rpc.is_client {
                 // The server has all of our request: stop sending it.
@@ -92,6 +90,22 @@ impl Endpoint {
                 }
                 self.unqueue_out(key);
             }
+            // A whole message in one packet (every short message): straight
+            // into the pool and out, with no reassembly state at all.
+            if h.offset == 0 && payload.len() as u32 == h.message_length && !payload.is_empty() {
+                let copy = !self.config.discard_payload;
+                if let Some(message) = self.pool.message_from(payload, copy) {
+                    crate::trace_point!("engine: payload written");
+                    self.metrics.data_bytes_received += payload.len() as u64;
+                    self.grants_settled = false;
+                    self.deliver(now, key, message);
+                    return;
+                }
+                // No room: the general path below waits for the pool.
+            }
+            let priority = self.unsched_level(h.message_length);
+            let rpc = self.rpcs[key as usize].as_mut().unwrap();
+            rpc.inc = Some(InMsg::new(h.message_length, h.unsched_bytes, priority));
         }
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
         let birth = rpc.birth;
@@ -311,6 +325,13 @@ impl Endpoint {
         self.grants_settled = false;
         let message = self.pool.take_message(inc.alloc.as_mut().unwrap());
         rpc.inc = None;
+        self.deliver(now, key, message);
+    }
+
+    /// Hands RPC `key`'s complete incoming message to the application (its
+    /// reassembly state, if it had any, is gone already).
+    fn deliver(&mut self, now: Time, key: RpcKey, message: crate::pool::Message) {
+        let rpc = self.rpcs[key as usize].as_mut().unwrap();
         if rpc.is_client {
             let (id, peer, pk) = (rpc.id, rpc.peer, rpc.peer_key);
             self.events.push_back(Event::Response {

@@ -625,6 +625,31 @@ impl Pool {
         }
     }
 
+    /// A whole message of `data` (one that arrived in one packet): reserve,
+    /// copy and seal in one step, or `None` if the pool cannot hold it now.
+    /// With `copy` unset the bytes are left unwritten (`discard_payload`).
+    pub fn message_from(&mut self, data: &[u8], copy: bool) -> Option<Message> {
+        let mut a = self.allocate(data.len())?;
+        if copy && !data.is_empty() {
+            // Up to a bpage is one piece (packed into a page, or a whole one).
+            match a.layout.piece(0) {
+                Some((start, stop)) if stop - start == data.len() => {
+                    // SAFETY: as in `write`: the piece belongs to `a`, which
+                    // is live and not yet a message.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            data.as_ptr(),
+                            self.shared().base.as_ptr().add(start),
+                            data.len(),
+                        );
+                    }
+                }
+                _ => self.write(&a, 0, data),
+            }
+        }
+        Some(self.take_message(&mut a))
+    }
+
     /// Returns an allocation's space without delivering it (aborted message).
     pub fn release(&mut self, alloc: Allocation) {
         drop(alloc);
@@ -923,6 +948,32 @@ mod tests {
         assert!(pool.is_empty());
         assert_eq!(pool.free_bpages(), 10);
         assert_eq!(pool.free_bytes_estimate(), 10 * BPAGE_SIZE);
+    }
+
+    #[test]
+    fn message_from_seals_whole_messages_of_any_size() {
+        let mut pool = Pool::new(8 * BPAGE_SIZE);
+        let mut keep = Vec::new();
+        for (i, len) in [1, 100, 1472, BPAGE_SIZE, BPAGE_SIZE + 1, 3 * BPAGE_SIZE - 5]
+            .into_iter()
+            .enumerate()
+        {
+            let data = pattern(i as u32, len);
+            let m = pool.message_from(&data, true).unwrap();
+            check_layout(&m.layout, len);
+            assert_eq!(m.to_vec(), data, "{len} bytes");
+            keep.push(m);
+        }
+        // Without the copy: the space is reserved all the same.
+        let in_use = pool.bpages_in_use();
+        let blank = pool.message_from(&[9; BPAGE_SIZE], false).unwrap();
+        assert_eq!(blank.len(), BPAGE_SIZE);
+        assert_eq!(pool.bpages_in_use(), in_use + 1);
+        // No room: nothing is reserved, and a smaller one still fits.
+        let free_before = pool.shared().free.load(Ordering::Relaxed);
+        assert!(pool.message_from(&vec![0; 8 * BPAGE_SIZE], true).is_none());
+        assert_eq!(pool.shared().free.load(Ordering::Relaxed), free_before);
+        assert!(pool.message_from(&[1, 2, 3], true).is_some());
     }
 
     #[test]

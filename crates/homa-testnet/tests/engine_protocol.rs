@@ -379,6 +379,41 @@ impl App for Holder {
 }
 
 #[test]
+fn a_one_packet_request_waits_for_pool_space_too() {
+    // One-packet messages go straight into the pool (no reassembly state);
+    // when the pool is full they must wait like any other. The server's
+    // pool of 15 bpages is filled exactly by a held 15-bpage request; a
+    // 100-byte one arriving meanwhile waits and is delivered once the big
+    // one is let go.
+    const FULL: usize = 15 * 65_536;
+    let config = Config {
+        pool_bytes: FULL,
+        max_message_length: FULL as u32,
+        ..Config::default()
+    };
+    let mut net = EngineNet::uniform(star(3), config, |_| Holder {
+        held: Vec::new(),
+        answered: Vec::new(),
+        responses: 0,
+    })
+    .unwrap();
+    net.send_request(1, 0, pattern(FULL, 1)).unwrap();
+    assert!(net.run_until_cond(5 * MS, |n| n.app(0).held.len() == 1));
+    net.send_request(2, 0, pattern(100, 2)).unwrap();
+    net.run_until(net.now() + 200_000);
+    assert_eq!(net.endpoint(0).stats().pool_waiters, 1);
+    assert_eq!(
+        net.app(0).held.len(),
+        1,
+        "the small request cannot be delivered yet"
+    );
+    assert!(net.run_until_cond(100 * MS, |n| (1..3).all(|h| n.app(h).responses == 1)));
+    let order: Vec<usize> = net.app(0).answered.iter().map(|a| a.1).collect();
+    assert_eq!(order, [FULL, 100]);
+    assert!(net.endpoint(0).metrics().pool_waits >= 1);
+}
+
+#[test]
 fn pool_exhaustion_waits_and_resumes_shortest_first() {
     // The server's pool holds 1 MiB (16 bpages). A 900 KB request arrives first
     // and the application holds it for 2 ms; a 700 KB and then a 600 KB request

@@ -65,6 +65,12 @@ thread_local! {
     static INLINE: Cell<Option<Inline>> = const { Cell::new(None) };
 }
 
+thread_local! {
+    /// A spare private-RPC slot: a thread that makes one call after another
+    /// reuses it instead of allocating and freeing one per RPC.
+    static SPARE_SLOT: Cell<Option<Arc<Slot<RpcResult>>>> = const { Cell::new(None) };
+}
+
 #[derive(Clone, Copy)]
 struct Inline {
     shared: *const Shared,
@@ -284,7 +290,8 @@ impl Drop for Handle {
 pub struct PendingRpc {
     shared: Arc<Shared>,
     id: RpcId,
-    slot: Arc<Slot<RpcResult>>,
+    /// Taken in `drop` (to be reused as the thread's spare).
+    slot: std::mem::ManuallyDrop<Arc<Slot<RpcResult>>>,
     finished: bool,
 }
 
@@ -478,14 +485,18 @@ impl Endpoint {
         request: impl Into<Outgoing>,
     ) -> Result<PendingRpc> {
         timetrace::record("send_request");
-        let slot = Arc::new(Slot::new());
+        let slot = SPARE_SLOT
+            .try_with(|c| c.take())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Arc::new(Slot::new()));
         let id = self
             .shared()
             .start(peer, request.into(), Target::Private(slot.clone()))?;
         Ok(PendingRpc {
             shared: self.shared().clone(),
             id,
-            slot,
+            slot: std::mem::ManuallyDrop::new(slot),
             finished: false,
         })
     }
@@ -732,6 +743,14 @@ impl Drop for PendingRpc {
     fn drop(&mut self) {
         if !self.finished && !self.slot.is_done() {
             self.shared.cancel(self.id);
+        }
+        // SAFETY: taken once, here; the field is not used afterwards.
+        let mut slot = unsafe { std::mem::ManuallyDrop::take(&mut self.slot) };
+        // Ours alone once the driver has let go of its handle (it does when
+        // it completes or cancels the RPC): keep it as the thread's spare.
+        if let Some(s) = Arc::get_mut(&mut slot) {
+            *s = Slot::new();
+            let _ = SPARE_SLOT.try_with(|c| c.set(Some(slot)));
         }
     }
 }

@@ -6,8 +6,9 @@
 
 use crate::sys::EventFd;
 use parking_lot::Mutex;
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
 use std::thread::Thread;
@@ -34,59 +35,105 @@ impl Waiter {
     }
 }
 
-/// The result of one private RPC.
+/// The result of one private RPC: a one-shot channel from the engine's
+/// driver (which completes it, always under the engine lock, so completions
+/// never race each other) to the RPC's one owner (which takes the result or
+/// registers a waiter). Lock-free: completing is one atomic swap, and a
+/// polling owner's check is one load (a mutex here cost two lock round
+/// trips per RPC on the short-RPC path).
 pub(crate) struct Slot<T> {
-    done: AtomicBool,
-    inner: Mutex<SlotInner<T>>,
+    state: AtomicU8,
+    /// Written by the completer before `state` becomes `DONE`; read by the
+    /// owner only after it has seen `DONE`.
+    value: UnsafeCell<Option<T>>,
+    /// Written by the owner while `state` is `EMPTY` (it then publishes it
+    /// by moving to `WAITING`); taken by the completer if it finds
+    /// `WAITING`, or by the owner when it moves back from `WAITING`.
+    waiter: UnsafeCell<Option<Waiter>>,
 }
 
-struct SlotInner<T> {
-    value: Option<T>,
-    waiter: Option<Waiter>,
-}
+const EMPTY: u8 = 0;
+const WAITING: u8 = 1;
+const DONE: u8 = 2;
+
+// SAFETY: the cells are handed between threads only through `state`'s
+// Release/Acquire transitions (see the fields); `T` and `Waiter` are `Send`.
+unsafe impl<T: Send> Sync for Slot<T> {}
+unsafe impl<T: Send> Send for Slot<T> {}
 
 impl<T> Slot<T> {
     pub(crate) fn new() -> Slot<T> {
         Slot {
-            done: AtomicBool::new(false),
-            inner: Mutex::new(SlotInner {
-                value: None,
-                waiter: None,
-            }),
+            state: AtomicU8::new(EMPTY),
+            value: UnsafeCell::new(None),
+            waiter: UnsafeCell::new(None),
         }
     }
     /// Lock-free check for the polling loop.
     pub(crate) fn is_done(&self) -> bool {
-        self.done.load(Ordering::Acquire)
+        self.state.load(Ordering::Acquire) == DONE
     }
     /// Stores the result (only the first one counts) and returns the waiter
     /// to wake. The caller wakes it after releasing the engine lock, so the
-    /// woken thread does not immediately collide with it.
+    /// woken thread does not immediately collide with it. Callers hold the
+    /// engine lock: completions never run concurrently.
     #[must_use]
     pub(crate) fn complete(&self, v: T) -> Option<Waiter> {
-        let mut g = self.inner.lock();
-        if self.done.load(Ordering::Relaxed) {
+        if self.state.load(Ordering::Acquire) == DONE {
             return None;
         }
-        g.value = Some(v);
-        self.done.store(true, Ordering::Release);
-        g.waiter.take()
+        // SAFETY: not DONE yet, so the owner does not read `value`, and no
+        // other completer runs (engine lock).
+        unsafe { *self.value.get() = Some(v) };
+        if self.state.swap(DONE, Ordering::AcqRel) == WAITING {
+            // SAFETY: the owner published its waiter (WAITING) and can no
+            // longer take it back (its move back from WAITING now fails).
+            unsafe { (*self.waiter.get()).take() }
+        } else {
+            None
+        }
     }
-    /// Takes the result if it is there.
+    /// Takes the result if it is there (the owner only).
     pub(crate) fn take(&self) -> Option<T> {
         if !self.is_done() {
             return None;
         }
-        self.inner.lock().value.take()
+        // SAFETY: DONE was seen with Acquire: the completer's write is
+        // visible and it never writes again; only the owner calls this.
+        unsafe { (*self.value.get()).take() }
     }
     /// Registers a waiter unless the result is already there (then returns
-    /// false and the caller should take it).
+    /// false and the caller should take it). The owner only.
     pub(crate) fn register(&self, w: Waiter) -> bool {
-        let mut g = self.inner.lock();
-        if self.done.load(Ordering::Relaxed) {
+        match self.state.load(Ordering::Acquire) {
+            DONE => return false,
+            WAITING => {
+                // Take the old waiter back before replacing it.
+                if self
+                    .state
+                    .compare_exchange(WAITING, EMPTY, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    return false; // DONE meanwhile
+                }
+                // SAFETY: back to EMPTY by our own move: the completer
+                // leaves the cell alone.
+                drop(unsafe { (*self.waiter.get()).take() });
+            }
+            _ => {}
+        }
+        // SAFETY: EMPTY, and only the owner moves EMPTY to WAITING.
+        unsafe { *self.waiter.get() = Some(w) };
+        if self
+            .state
+            .compare_exchange(EMPTY, WAITING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // DONE meanwhile: the completer did not see our waiter.
+            // SAFETY: it moved EMPTY to DONE, so it left the cell alone.
+            drop(unsafe { (*self.waiter.get()).take() });
             return false;
         }
-        g.waiter = Some(w);
         true
     }
 }
@@ -202,6 +249,48 @@ mod tests {
         assert!(s.complete(2).is_none());
         assert_eq!(h.join().unwrap(), Some(1));
         assert!(!s.register(Waiter::current_thread()));
+    }
+
+    #[test]
+    fn slot_handoff_survives_racing_registrations() {
+        // The owner registers (and re-registers) waiters while another
+        // thread completes: every result arrives exactly once, and an owner
+        // that sleeps after registering is always woken.
+        let (tx, rx) = std::sync::mpsc::channel::<(Arc<Slot<u32>>, u32)>();
+        let completer = std::thread::spawn(move || {
+            for (slot, v) in rx {
+                for _ in 0..(v % 7) * 20 {
+                    std::hint::spin_loop();
+                }
+                if let Some(w) = slot.complete(v) {
+                    w.wake();
+                }
+                assert!(slot.complete(u32::MAX).is_none(), "second result ignored");
+            }
+        });
+        for v in 0..3000u32 {
+            let slot = Arc::new(Slot::new());
+            tx.send((slot.clone(), v)).unwrap();
+            let mut registrations = 0;
+            let got = loop {
+                if let Some(x) = slot.take() {
+                    break x;
+                }
+                if slot.register(Waiter::current_thread()) {
+                    registrations += 1;
+                    if registrations % 2 == 0 {
+                        // Sleep only sometimes: re-registering replaces the
+                        // waiter while the completer may be looking at it.
+                        std::thread::park_timeout(Duration::from_secs(5));
+                    }
+                }
+            };
+            assert_eq!(got, v);
+            assert!(slot.take().is_none(), "taken once");
+            assert!(!slot.register(Waiter::current_thread()));
+        }
+        drop(tx);
+        completer.join().unwrap();
     }
 
     #[test]

@@ -824,6 +824,20 @@ impl Drop for Responder {
     }
 }
 
+/// Unlocks the driver, then wakes whoever the pass found a result for
+/// (after unlocking, so that the woken thread does not collide with the
+/// lock). Most passes wake nobody: then it is only the unlock.
+fn release(mut d: parking_lot::MutexGuard<'_, Driver>) {
+    if d.wakes.is_empty() {
+        return;
+    }
+    let wakes = std::mem::take(&mut d.wakes);
+    drop(d);
+    for w in wakes {
+        w.wake();
+    }
+}
+
 impl Shared {
     pub(crate) fn now_ns(&self) -> u64 {
         monotonic_ns().saturating_sub(self.base_ns)
@@ -871,11 +885,7 @@ impl Shared {
         self.last_app.store(now, Relaxed);
         let r = f(&mut d, now);
         self.drive(&mut d, now, recv);
-        let wakes = std::mem::take(&mut d.wakes);
-        drop(d);
-        for w in wakes {
-            w.wake();
-        }
+        release(d);
         r
     }
 
@@ -921,11 +931,7 @@ impl Shared {
         }
         let mut d = self.driver.lock();
         let r = f(&mut d);
-        let wakes = std::mem::take(&mut d.wakes);
-        drop(d);
-        for w in wakes {
-            w.wake();
-        }
+        release(d);
         r
     }
 
@@ -947,11 +953,7 @@ impl Shared {
         let mut d = self.driver.try_lock()?;
         let now = self.clock(&mut d);
         self.drive_serving(&mut d, now, true, serving);
-        let wakes = std::mem::take(&mut d.wakes);
-        drop(d);
-        for w in wakes {
-            w.wake();
-        }
+        release(d);
         Some(now)
     }
 
@@ -1434,11 +1436,7 @@ impl Shared {
             d.watcher_driving = true;
             self.drive(&mut d, now, true);
             d.watcher_driving = false;
-            let wakes = std::mem::take(&mut d.wakes);
-            drop(d);
-            for w in wakes {
-                w.wake();
-            }
+            release(d);
         }
     }
 
@@ -1742,11 +1740,7 @@ impl Shared {
                 let mut d = self.driver.lock();
                 let now = self.clock(&mut d);
                 self.drive(&mut d, now, true);
-                let wakes = std::mem::take(&mut d.wakes);
-                drop(d);
-                for w in wakes {
-                    w.wake();
-                }
+                release(d);
             }
         }
     }

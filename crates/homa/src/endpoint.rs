@@ -824,6 +824,16 @@ impl Drop for Responder {
     }
 }
 
+/// Leaves the polling phase of a wait when dropped (only on unwinding; the
+/// wait leaves it explicitly otherwise).
+struct PollerGuard<'a>(&'a Shared);
+
+impl Drop for PollerGuard<'_> {
+    fn drop(&mut self) {
+        self.0.leave_polling(self.0.now_ns());
+    }
+}
+
 /// Unlocks the driver, then wakes whoever the pass found a result for
 /// (after unlocking, so that the woken thread does not collide with the
 /// lock). Most passes wake nobody: then it is only the unlock.
@@ -1460,6 +1470,10 @@ impl Shared {
             return Some(v);
         }
         self.pollers.fetch_add(1, SeqCst);
+        // A serve handler that panics unwinds out of this loop: stop counting
+        // as a poller then too, or the background thread would never take
+        // the socket over when the endpoint goes idle.
+        let unwinding = PollerGuard(self);
         // The polling phase ends `poll_ns` after the first pass (whose
         // engine time serves as the start: no extra clock read).
         let mut poll_end = None;
@@ -1495,6 +1509,7 @@ impl Shared {
         };
         if found.is_some() || self.shut.load(Acquire) {
             timetrace::record("poller found result");
+            std::mem::forget(unwinding);
             self.leave_polling(now);
             self.counters.found_polling.fetch_add(1, Relaxed);
             return found;
@@ -1507,6 +1522,7 @@ impl Shared {
         // background thread in between.
         self.blocked.fetch_add(1, SeqCst);
         let mut watching = !self.watcher.load(SeqCst) && !self.watcher.swap(true, SeqCst);
+        std::mem::forget(unwinding);
         self.leave_polling(now);
         let r = loop {
             if let Some(v) = check() {

@@ -210,9 +210,27 @@ fn a_panicking_handler_leaves_the_endpoint_working() {
     let lost = client.call_timeout(addr, &b"thirteen byte"[..], Duration::from_millis(300));
     assert!(lost.is_err());
     assert!(doomed.join().is_err(), "the panic reaches serve's caller");
+    // The serving thread no longer counts as polling: with no application
+    // thread waiting, the background thread takes the socket over and the
+    // engine still receives (the request waits in the queue).
+    let pending = client
+        .send_request(addr, &b"while nobody serves"[..])
+        .unwrap();
+    let start = std::time::Instant::now();
+    while server.queued_requests() == 0 && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(server.queued_requests(), 1, "nobody received the request");
     // The engine lock was released on the way out: another thread serves.
     let ep = server.clone();
     let next = std::thread::spawn(move || ep.serve(echo));
+    assert_eq!(
+        &*pending
+            .wait_timeout(Duration::from_secs(5))
+            .unwrap()
+            .to_vec(),
+        b"while nobody serves"
+    );
     assert_eq!(
         &*client.call(addr, &b"still here"[..]).unwrap().to_vec(),
         b"still here"

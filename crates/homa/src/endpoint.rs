@@ -907,7 +907,7 @@ impl Shared {
         if !std::ptr::eq(i.shared, self) || i.driver.is_null() {
             return None;
         }
-        // SAFETY: `serve_inline` set this pointer from the `&mut Driver` of
+        // SAFETY: `dispatch_serving` set this pointer from the `&mut Driver` of
         // the pass that is calling the handler on this thread, does not use
         // that reference until the handler returns, and clears the pointer
         // then. The pass holds the engine lock throughout.

@@ -81,8 +81,23 @@ struct Inline {
     now: u64,
 }
 
-/// Clears [`INLINE`] when the handler returns or unwinds.
+/// Puts back what [`INLINE`] held before when the handler returns or
+/// unwinds.
 struct InlineGuard(Option<Inline>);
+
+impl InlineGuard {
+    /// Marks this thread as running `shared`'s serve handler, inside the
+    /// pass that holds `driver` (null: outside any pass).
+    fn enter(shared: &Shared, driver: *mut Driver, now: u64) -> InlineGuard {
+        InlineGuard(INLINE.with(|c| {
+            c.replace(Some(Inline {
+                shared,
+                driver,
+                now,
+            }))
+        }))
+    }
+}
 
 impl Drop for InlineGuard {
     fn drop(&mut self) {
@@ -584,13 +599,7 @@ impl Endpoint {
             match shared.wait_queue_serving(&shared.requests, None, Some(&mut serving)) {
                 Ok(Some(r)) => {
                     let req = shared.request(r);
-                    let _guard = InlineGuard(INLINE.with(|c| {
-                        c.replace(Some(Inline {
-                            shared: &**shared,
-                            driver: std::ptr::null_mut(),
-                            now: 0,
-                        }))
-                    }));
+                    let _guard = InlineGuard::enter(shared, std::ptr::null_mut(), 0);
                     (serving.handler)(req);
                 }
                 Ok(None) | Err(Error::Shutdown) => return Ok(()),
@@ -1231,14 +1240,7 @@ impl Shared {
                     }
                     let req = s.shared.request((rpc, message));
                     timetrace::record("inline request");
-                    let driver: *mut Driver = d;
-                    let _guard = InlineGuard(INLINE.with(|c| {
-                        c.replace(Some(Inline {
-                            shared: self,
-                            driver,
-                            now,
-                        }))
-                    }));
+                    let _guard = InlineGuard::enter(self, d, now);
                     (s.handler)(req);
                     s.served += 1;
                     self.counters.found_polling.fetch_add(1, Relaxed);

@@ -161,6 +161,19 @@ pub(crate) fn set_timer_slack_ns(ns: u64) {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
 }
 
+/// CLOCK_MONOTONIC in nanoseconds (the clock `Instant` reads), without
+/// `Instant`'s checked arithmetic: read several times per round trip.
+#[inline]
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,17 +224,4 @@ mod tests {
         fds[0].revents = 0;
         assert_eq!(ppoll(&mut fds, Some(Duration::from_millis(1))).unwrap(), 0);
     }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds (the clock `Instant` reads), without
-/// `Instant`'s checked arithmetic: read several times per round trip.
-#[inline]
-pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

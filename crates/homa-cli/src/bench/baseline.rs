@@ -210,40 +210,6 @@ pub fn tcp_throughput(
     Ok((done, elapsed))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn udp_pingpong_measures_every_iteration() {
-        let h = udp_pingpong(100, 50, 5, Duration::from_micros(20), false).unwrap();
-        assert!(h.len() >= 45, "{}", h.len());
-        assert!(h.value_at_quantile(0.5) > 0);
-        assert!(udp_pingpong(70_000, 1, 0, Duration::ZERO, false).is_err());
-    }
-
-    #[test]
-    fn tcp_pingpong_handles_multi_segment_messages() {
-        let h = tcp_pingpong(100_000, 20, 2, Duration::from_micros(20)).unwrap();
-        assert_eq!(h.len(), 20);
-    }
-
-    #[test]
-    fn udp_gso_stream_delivers_bytes() {
-        let (n, secs) = udp_gso_stream(100_000, 1472, 0.05).unwrap();
-        assert!(n >= 1, "{n}");
-        assert!(secs >= 0.05);
-        assert!(udp_gso_stream(100_000, 0, 0.01).is_err());
-    }
-
-    #[test]
-    fn tcp_throughput_counts_whole_messages() {
-        let (n, secs) = tcp_throughput(50_000, 8, 4, 0.05, Duration::from_micros(20)).unwrap();
-        assert!(n >= 4, "{n}");
-        assert!(secs >= 0.05);
-    }
-}
-
 /// `UDP_SEGMENT` and `UDP_GRO` (linux/udp.h; not in every libc version).
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
@@ -357,4 +323,38 @@ pub fn udp_gso_stream(size: usize, segment: usize, secs: f64) -> anyhow::Result<
         return Err(anyhow::anyhow!("UDP GSO send failed: {e}"));
     }
     Ok((bytes / size as u64, elapsed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_pingpong_measures_every_iteration() {
+        let h = udp_pingpong(100, 50, 5, Duration::from_micros(20), false).unwrap();
+        assert!(h.len() >= 45, "{}", h.len());
+        assert!(h.value_at_quantile(0.5) > 0);
+        assert!(udp_pingpong(70_000, 1, 0, Duration::ZERO, false).is_err());
+    }
+
+    #[test]
+    fn tcp_pingpong_handles_multi_segment_messages() {
+        let h = tcp_pingpong(100_000, 20, 2, Duration::from_micros(20)).unwrap();
+        assert_eq!(h.len(), 20);
+    }
+
+    #[test]
+    fn udp_gso_stream_delivers_bytes() {
+        let (n, secs) = udp_gso_stream(100_000, 1472, 0.05).unwrap();
+        assert!(n >= 1, "{n}");
+        assert!(secs >= 0.05);
+        assert!(udp_gso_stream(100_000, 0, 0.01).is_err());
+    }
+
+    #[test]
+    fn tcp_throughput_counts_whole_messages() {
+        let (n, secs) = tcp_throughput(50_000, 8, 4, 0.05, Duration::from_micros(20)).unwrap();
+        assert!(n >= 4, "{n}");
+        assert!(secs >= 0.05);
+    }
 }

@@ -7,6 +7,9 @@ use homa_proto::{Config, Endpoint, Event, Time};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+/// Decides, from a packet's sequence number and bytes, whether to drop it.
+type DropRule = Box<dyn FnMut(u64, &[u8]) -> bool>;
+
 struct Link {
     eps: Vec<Endpoint>,
     addrs: Vec<SocketAddr>,
@@ -16,7 +19,7 @@ struct Link {
     now: Time,
     latency: Time,
     /// Drop every packet whose sequence number satisfies this.
-    drop: Box<dyn FnMut(u64, &[u8]) -> bool>,
+    drop: DropRule,
     /// Deliver packets that arrive together from one source as one GRO
     /// batch (`handle_datagrams`), as a UDP GRO receive would.
     gro: bool,

@@ -350,6 +350,7 @@ fn lost_acks_are_asked_for_again() {
 }
 
 /// Holds every request's message (its pool space) until told to answer.
+#[derive(Default)]
 struct Holder {
     held: Vec<(ServerRpc, Message, u64)>,
     answered: Vec<(u64, usize)>,
@@ -391,12 +392,7 @@ fn a_one_packet_request_waits_for_pool_space_too() {
         max_message_length: FULL as u32,
         ..Config::default()
     };
-    let mut net = EngineNet::uniform(star(3), config, |_| Holder {
-        held: Vec::new(),
-        answered: Vec::new(),
-        responses: 0,
-    })
-    .unwrap();
+    let mut net = EngineNet::uniform(star(3), config, |_| Holder::default()).unwrap();
     net.send_request(1, 0, pattern(FULL, 1)).unwrap();
     assert!(net.run_until_cond(5 * MS, |n| n.app(0).held.len() == 1));
     net.send_request(2, 0, pattern(100, 2)).unwrap();
@@ -424,12 +420,7 @@ fn pool_exhaustion_waits_and_resumes_shortest_first() {
         pool_bytes: 1 << 20,
         ..Config::default()
     };
-    let mut net = EngineNet::uniform(star(4), config, |_| Holder {
-        held: Vec::new(),
-        answered: Vec::new(),
-        responses: 0,
-    })
-    .unwrap();
+    let mut net = EngineNet::uniform(star(4), config, |_| Holder::default()).unwrap();
     net.send_request(1, 0, pattern(900_000, 1)).unwrap();
     net.run_until(50_000);
     net.send_request(2, 0, pattern(700_000, 2)).unwrap();

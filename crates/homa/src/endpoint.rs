@@ -833,6 +833,16 @@ impl Drop for Responder {
     }
 }
 
+/// The error of a blocking wait on an endpoint from inside its own serve
+/// handler, which would wait for the handler itself.
+fn wait_in_handler() -> Error {
+    Error::InvalidArgument(
+        "cannot wait on an endpoint inside its own serve handler (the handler holds \
+         its engine; move the work to another thread)"
+            .into(),
+    )
+}
+
 /// Leaves the polling phase of a wait when dropped (only on unwinding; the
 /// wait leaves it explicitly otherwise).
 struct PollerGuard<'a>(&'a Shared);
@@ -934,11 +944,7 @@ impl Shared {
     /// Refuses a blocking wait from inside this endpoint's serve handler.
     fn check_may_wait(&self) -> Result<()> {
         if self.in_handler() {
-            return Err(Error::InvalidArgument(
-                "cannot wait on an endpoint inside its own serve handler (the handler holds \
-                 its engine; move the work to another thread)"
-                    .into(),
-            ));
+            return Err(wait_in_handler());
         }
         Ok(())
     }
@@ -1614,7 +1620,7 @@ impl Shared {
             if deadline.is_some_and(|d| d <= self.now_ns()) {
                 return Ok(None);
             }
-            self.check_may_wait()?;
+            return Err(wait_in_handler());
         }
         let r = self.wait_with(
             deadline,

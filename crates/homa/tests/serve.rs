@@ -7,6 +7,7 @@ use bytes::Bytes;
 use homa::{Endpoint, EndpointConfig, Error};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 fn cfg() -> EndpointConfig {
@@ -22,6 +23,20 @@ fn payload(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// A new endpoint on a free loopback port.
+fn endpoint() -> Endpoint {
+    Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap()
+}
+
+/// `ep.serve(handler)` on a thread of its own.
+fn spawn_serve(
+    ep: &Endpoint,
+    handler: impl FnMut(homa::Request) + Send + 'static,
+) -> JoinHandle<homa::Result<()>> {
+    let ep = ep.clone();
+    std::thread::spawn(move || ep.serve(handler))
+}
+
 /// An echo handler: the reply is the request's own pool space.
 fn echo(req: homa::Request) {
     let (message, responder) = req.into_parts();
@@ -30,19 +45,18 @@ fn echo(req: homa::Request) {
 
 #[test]
 fn serving_threads_and_queue_threads_answer_every_request() {
-    let server = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let server = endpoint();
     let addr = server.local_addr();
     let inline = Arc::new(AtomicU64::new(0));
-    let mut workers = Vec::new();
-    for _ in 0..2 {
-        let (ep, inline) = (server.clone(), inline.clone());
-        workers.push(std::thread::spawn(move || {
-            ep.serve(|req| {
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let inline = inline.clone();
+            spawn_serve(&server, move |req| {
                 inline.fetch_add(1, Ordering::Relaxed);
                 echo(req)
             })
-        }));
-    }
+        })
+        .collect();
     // A plain `recv_request` thread on the same endpoint.
     let ep = server.clone();
     let queued = std::thread::spawn(move || {
@@ -57,7 +71,7 @@ fn serving_threads_and_queue_threads_answer_every_request() {
     let clients: Vec<_> = (0..4u64)
         .map(|t| {
             std::thread::spawn(move || {
-                let c = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+                let c = endpoint();
                 for i in 0..300u64 {
                     // Short requests and multi-packet ones.
                     let len = [1usize, 100, 1400, 5000, 40_000][(i % 5) as usize];
@@ -85,37 +99,33 @@ fn serving_threads_and_queue_threads_answer_every_request() {
 
 #[test]
 fn inside_a_handler_waits_are_refused_and_other_calls_work() {
-    let backend = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
-    let b = backend.clone();
-    let backend_thread = std::thread::spawn(move || b.serve(echo));
+    let backend = endpoint();
+    let backend_thread = spawn_serve(&backend, echo);
     let backend_addr = backend.local_addr();
 
-    let server = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let server = endpoint();
     let addr = server.local_addr();
-    let ep = server.clone();
     let (tx, rx) = mpsc::channel();
     // A peer that never answers: a wait on it could only block.
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let silent_addr = silent.local_addr().unwrap();
-    let worker = std::thread::spawn(move || {
-        let inner = ep.clone();
-        ep.serve(move |req| {
-            // Blocking waits on the endpoint the handler runs on: refused.
-            let wait = inner.call(silent_addr, &b"x"[..]);
-            assert!(matches!(wait, Err(Error::InvalidArgument(_))), "{wait:?}");
-            assert!(matches!(
-                inner.recv_request_timeout(Duration::from_millis(1)),
-                Err(Error::InvalidArgument(_))
-            ));
-            assert!(matches!(inner.try_recv_request(), Ok(None)));
-            // Counters and starting an RPC work (no deadlock).
-            assert!(inner.metrics().requests_delivered >= 1);
-            let pending = inner.send_request(backend_addr, &b"forwarded"[..]).unwrap();
-            tx.send(pending).unwrap();
-            echo(req);
-        })
+    let inner = server.clone();
+    let worker = spawn_serve(&server, move |req| {
+        // Blocking waits on the endpoint the handler runs on: refused.
+        let wait = inner.call(silent_addr, &b"x"[..]);
+        assert!(matches!(wait, Err(Error::InvalidArgument(_))), "{wait:?}");
+        assert!(matches!(
+            inner.recv_request_timeout(Duration::from_millis(1)),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(inner.try_recv_request(), Ok(None)));
+        // Counters and starting an RPC work (no deadlock).
+        assert!(inner.metrics().requests_delivered >= 1);
+        let pending = inner.send_request(backend_addr, &b"forwarded"[..]).unwrap();
+        tx.send(pending).unwrap();
+        echo(req);
     });
-    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let client = endpoint();
     for i in 0..20u64 {
         let msg = payload(300, i);
         assert_eq!(client.call(addr, msg.clone()).unwrap().to_vec(), msg);
@@ -137,11 +147,10 @@ fn inside_a_handler_waits_are_refused_and_other_calls_work() {
 
 #[test]
 fn a_handler_may_pass_requests_to_another_thread() {
-    let server = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let server = endpoint();
     let addr = server.local_addr();
     let (tx, rx) = mpsc::channel::<homa::Request>();
-    let ep = server.clone();
-    let serving = std::thread::spawn(move || ep.serve(move |req| tx.send(req).unwrap()));
+    let serving = spawn_serve(&server, move |req| tx.send(req).unwrap());
     // The slow path: answered later, from elsewhere, after a pause.
     let answering = std::thread::spawn(move || {
         let mut n = 0;
@@ -154,7 +163,7 @@ fn a_handler_may_pass_requests_to_another_thread() {
         }
         n
     });
-    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let client = endpoint();
     let pending: Vec<_> = (0..50u64)
         .map(|i| (i, client.send_request(addr, payload(2000, i)).unwrap()))
         .collect();
@@ -169,17 +178,14 @@ fn a_handler_may_pass_requests_to_another_thread() {
 
 #[test]
 fn dropping_a_request_in_the_handler_abandons_it() {
-    let server = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let server = endpoint();
     let addr = server.local_addr();
-    let ep = server.clone();
-    let serving = std::thread::spawn(move || {
-        ep.serve(|req| {
-            if req.message().contiguous().as_ref() != b"ignore me" {
-                echo(req)
-            }
-        })
+    let serving = spawn_serve(&server, |req| {
+        if req.message().contiguous().as_ref() != b"ignore me" {
+            echo(req)
+        }
     });
-    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let client = endpoint();
     let ignored = client.call_timeout(addr, &b"ignore me"[..], Duration::from_millis(300));
     assert!(matches!(ignored, Err(Error::Timeout)), "{ignored:?}");
     assert_eq!(
@@ -195,18 +201,15 @@ fn dropping_a_request_in_the_handler_abandons_it() {
 
 #[test]
 fn a_panicking_handler_leaves_the_endpoint_working() {
-    let server = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let server = endpoint();
     let addr = server.local_addr();
-    let ep = server.clone();
-    let doomed = std::thread::spawn(move || {
-        ep.serve(|req| {
-            if req.message().len() == 13 {
-                panic!("handler gives up");
-            }
-            echo(req)
-        })
+    let doomed = spawn_serve(&server, |req| {
+        if req.message().len() == 13 {
+            panic!("handler gives up");
+        }
+        echo(req)
     });
-    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let client = endpoint();
     let lost = client.call_timeout(addr, &b"thirteen byte"[..], Duration::from_millis(300));
     assert!(lost.is_err());
     assert!(doomed.join().is_err(), "the panic reaches serve's caller");
@@ -222,8 +225,7 @@ fn a_panicking_handler_leaves_the_endpoint_working() {
     }
     assert_eq!(server.queued_requests(), 1, "nobody received the request");
     // The engine lock was released on the way out: another thread serves.
-    let ep = server.clone();
-    let next = std::thread::spawn(move || ep.serve(echo));
+    let next = spawn_serve(&server, echo);
     assert_eq!(
         &*pending
             .wait_timeout(Duration::from_secs(5))
@@ -241,17 +243,14 @@ fn a_panicking_handler_leaves_the_endpoint_working() {
 
 #[test]
 fn shutdown_inside_a_handler_ends_serve() {
-    let server = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let server = endpoint();
     let addr = server.local_addr();
-    let ep = server.clone();
-    let serving = std::thread::spawn(move || {
-        let inner = ep.clone();
-        ep.serve(move |req| {
-            echo(req);
-            inner.shutdown();
-        })
+    let inner = server.clone();
+    let serving = spawn_serve(&server, move |req| {
+        echo(req);
+        inner.shutdown();
     });
-    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let client = endpoint();
     // The reply given before the shutdown may or may not have left; either
     // way the call ends.
     let _ = client.call_timeout(addr, &b"last"[..], Duration::from_millis(500));

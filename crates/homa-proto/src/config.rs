@@ -98,10 +98,39 @@ pub struct Config {
     /// drivers that never call `run_deferred` see every state change at
     /// once; the UDP runtime turns it on.
     pub defer_acks: bool,
+    /// Zero padding for short DATA datagrams sent to IPv4 peers (see
+    /// [`PadWindow`]). Off by default.
+    pub pad_v4: PadWindow,
+    /// The same for IPv6 peers.
+    pub pad_v6: PadWindow,
     /// Seed for this endpoint's first RPC id. Ids must not repeat across
     /// restarts of an endpoint at the same address, so drivers pass something
     /// that differs per incarnation (time, random).
     pub rpc_id_seed: u64,
+}
+
+/// DATA datagrams of `from..to` bytes (UDP payload) go out padded with zeros
+/// to `to` bytes; the header declares the padding and receivers skip it.
+/// Some kernels handle datagrams of some sizes markedly slower than slightly
+/// larger ones (see the UDP runtime's defaults); padding moves short messages
+/// out of such a range. `to` of 0 (the default) turns padding off; `to - from`
+/// is at most 255.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PadWindow {
+    pub from: u16,
+    pub to: u16,
+}
+
+impl PadWindow {
+    /// Padding bytes for a datagram of `len` bytes.
+    #[inline]
+    pub fn pad(&self, len: usize) -> u8 {
+        if len >= self.from as usize && len < self.to as usize {
+            (self.to as usize - len) as u8
+        } else {
+            0
+        }
+    }
 }
 
 impl Default for Config {
@@ -146,6 +175,8 @@ impl Default for Config {
             require_checksum: false,
             discard_payload: false,
             defer_acks: false,
+            pad_v4: PadWindow::default(),
+            pad_v6: PadWindow::default(),
             rpc_id_seed: 1,
         }
     }
@@ -252,6 +283,20 @@ impl Config {
         }
         if self.resend_interval_ns == 0 || self.rpc_timeout_ns < self.resend_interval_ns {
             return bad("need 0 < resend_interval_ns <= rpc_timeout_ns".into());
+        }
+        for (name, w) in [("pad_v4", self.pad_v4), ("pad_v6", self.pad_v6)] {
+            if w.to != 0
+                && (w.from > w.to
+                    || (w.to - w.from) as usize > crate::wire::MAX_DATA_PAD
+                    || w.to as usize > self.max_packet_size)
+            {
+                return bad(format!(
+                    "{name} {}..{} must have from <= to <= max_packet_size and pad at most {} bytes",
+                    w.from,
+                    w.to,
+                    crate::wire::MAX_DATA_PAD
+                ));
+            }
         }
         const DAY_NS: u64 = 86_400_000_000_000;
         for (name, v) in [

@@ -62,7 +62,7 @@ mod timer;
 pub mod trace;
 pub mod wire;
 
-pub use config::{Config, ConfigError};
+pub use config::{Config, ConfigError, PadWindow};
 pub use endpoint::{
     Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Time, Transmit,
 };

@@ -6,7 +6,7 @@ use crate::metrics::DropReason;
 use crate::peer::PeerKey;
 use crate::rpc::{OutMsg, RpcKey};
 use crate::sendbuf::SENDBUF_HEAD;
-use crate::wire::{self, Body, CommonHeader, DataHeader, PacketType};
+use crate::wire::{self, Body, CommonHeader, DataHeader, PacketType, DATA_PACKET_OVERHEAD};
 use std::net::SocketAddr;
 
 /// A run of packets from [`Endpoint::poll_transmit_burst`]: `count` packets
@@ -26,6 +26,10 @@ pub struct Burst {
     pub header_len: usize,
     pub segment: usize,
     pub payload: bytes::Bytes,
+    /// Zero bytes the driver appends after the last packet's payload; its
+    /// header declares them (`Config::pad_v4`). Only ever set on a lone
+    /// short packet.
+    pub pad: usize,
 }
 
 impl Burst {
@@ -49,6 +53,21 @@ fn new_data_priority(out: &crate::rpc::OutMsg, offset: u32) -> u8 {
 }
 
 impl Endpoint {
+    /// Padding for a DATA datagram of `len` bytes to `dest` (see
+    /// `Config::pad_v4`).
+    #[inline]
+    fn pad_for(&self, dest: &SocketAddr, len: usize) -> u8 {
+        let v4 = match dest {
+            SocketAddr::V4(_) => true,
+            SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_some(),
+        };
+        if v4 {
+            self.config.pad_v4.pad(len)
+        } else {
+            self.config.pad_v6.pad(len)
+        }
+    }
+
     /// Puts RPC `key`'s outgoing message into the SRPT sets if it has bytes to
     /// send, or takes it out if not, keyed by its current remaining bytes.
     pub(crate) fn requeue_out(&mut self, key: RpcKey) {
@@ -229,6 +248,7 @@ impl Endpoint {
             count: 1,
             header_len: buf.len(),
             segment: payload.len(),
+            pad: t.len - buf.len() - payload.len(),
             payload,
         };
         let Some(key) = self.burst_key.take() else {
@@ -394,7 +414,7 @@ impl Endpoint {
         let in_place = match out.data.lease() {
             Some(lease) if !retransmit && (headers_only || self.split_mode) => {
                 debug_assert_eq!(offset % dpp, 0, "first transmissions are whole packets");
-                let mut words = wire::data_header_words(&common, &header, payload.len());
+                let mut words = wire::data_header_words(&common, &header, payload.len(), 0);
                 if self.config.checksum {
                     wire::checksum_header_words(&mut words, payload);
                 }
@@ -415,12 +435,16 @@ impl Endpoint {
             wire::encode_headers(buf, &common, &body, self.config.checksum);
             buf.len() - before + payload.len()
         } else if self.split_mode {
-            wire::encode_headers(buf, &common, &body, self.config.checksum);
-            let len = buf.len() + payload.len();
+            // The whole packet (headers, payload, padding) is what the
+            // driver sends; the padding is zeros it appends (see `Burst`).
+            let pad = self.pad_for(&dest, DATA_PACKET_OVERHEAD + payload.len());
+            wire::encode_headers_padded(buf, &common, &body, self.config.checksum, pad);
+            let len = buf.len() + payload.len() + pad as usize;
             self.split_payload = Some(out.data.bytes(offset as usize, end as usize));
             len
         } else {
-            wire::encode(buf, &common, &body, self.config.checksum);
+            let pad = self.pad_for(&dest, DATA_PACKET_OVERHEAD + payload.len());
+            wire::encode_padded(buf, &common, &body, self.config.checksum, pad);
             buf.len()
         };
         self.metrics.data_bytes_sent += (end - offset) as u64;

@@ -27,9 +27,13 @@ pub const MAX_PRIORITIES: usize = 8;
 /// Most RPC ids one ACK packet may carry.
 pub const MAX_ACKS_PER_PACKET: usize = 32;
 
-/// Byte of the common header that holds an ACK's id count (reserved, zero, in
+/// Byte of the common header that holds an ACK's id count, or a DATA
+/// packet's count of padding bytes after its payload (reserved, zero, in
 /// every other type).
 const ACK_COUNT_AT: usize = 3;
+const DATA_PAD_AT: usize = 3;
+/// Most padding bytes one DATA packet may carry (the count is one byte).
+pub const MAX_DATA_PAD: usize = u8::MAX as usize;
 /// Body bytes of the fixed-size packet types (the decoder requires exactly
 /// these; `packet_len` declares them).
 const GRANT_BODY_LEN: usize = 8;
@@ -318,7 +322,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
         if buf[ACK_COUNT_AT] as usize > MAX_ACKS_PER_PACKET {
             return Err(DecodeError::BadAckList(buf[ACK_COUNT_AT] as usize));
         }
-    } else {
+    } else if ptype != PacketType::Data {
         check_reserved(&buf[3..4])?;
     }
     let common = CommonHeader {
@@ -353,10 +357,12 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             if body.len() < DATA_HEADER_LEN {
                 return Err(DecodeError::Truncated(buf.len()));
             }
-            // The datagram holds exactly the declared payload: a cut or
-            // padded datagram is caught here, not only by the checksum.
+            // The datagram holds exactly the declared payload and padding:
+            // a cut or extended datagram is caught here, not only by the
+            // checksum.
             let declared = u16_at(buf, PAYLOAD_LEN_AT) as usize;
-            exact(DATA_HEADER_LEN + declared)?;
+            let pad = buf[DATA_PAD_AT] as usize;
+            exact(DATA_HEADER_LEN + declared + pad)?;
             let header = DataHeader {
                 message_length: u32_at(body, 0),
                 offset: u32_at(body, 4),
@@ -364,7 +370,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
                 cutoff_version: u16_at(body, 12),
                 ack: u64_at(body, 16),
             };
-            let payload = &body[DATA_HEADER_LEN..];
+            let payload = &body[DATA_HEADER_LEN..DATA_HEADER_LEN + declared];
             // Only a zero-length message has an empty DATA packet (its only one).
             if payload.is_empty() && (header.message_length != 0 || header.offset != 0) {
                 return Err(DecodeError::EmptyData);
@@ -435,7 +441,7 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
 }
 
 /// The length of the packet at the start of `buf` as its own header
-/// declares it: fixed for most types, 56 + payload_length for DATA,
+/// declares it: fixed for most types, 56 + payload_length + padding for DATA,
 /// 32 + 8 × count for ACK. `None` if `buf` is shorter than the bytes
 /// needed to tell, or its version/type is unknown. Cheap (a few byte
 /// reads, no validation beyond that): it is on the receive fast path.
@@ -447,7 +453,9 @@ pub fn packet_len(buf: &[u8]) -> Option<usize> {
     Some(match PacketType::from_u8(*buf.get(1)?)? {
         PacketType::Data => {
             let at = buf.get(PAYLOAD_LEN_AT..PAYLOAD_LEN_AT + 2)?;
-            DATA_PACKET_OVERHEAD + u16::from_le_bytes([at[0], at[1]]) as usize
+            DATA_PACKET_OVERHEAD
+                + u16::from_le_bytes([at[0], at[1]]) as usize
+                + *buf.get(DATA_PAD_AT)? as usize
         }
         PacketType::Grant => COMMON_HEADER_LEN + GRANT_BODY_LEN,
         PacketType::Resend => COMMON_HEADER_LEN + RESEND_BODY_LEN,
@@ -455,6 +463,17 @@ pub fn packet_len(buf: &[u8]) -> Option<usize> {
         PacketType::Cutoffs => COMMON_HEADER_LEN + CUTOFFS_BODY_LEN,
         PacketType::Ack => COMMON_HEADER_LEN + 8 * *buf.get(ACK_COUNT_AT)? as usize,
     })
+}
+
+/// Whether `buf` starts with a DATA packet of a message longer than the
+/// packet's payload (a multi-packet message). Cheap, no validation beyond
+/// that: for a driver deciding how to receive (e.g. whether UDP GRO pays).
+#[inline]
+pub fn is_multi_packet_data(buf: &[u8]) -> bool {
+    buf.len() >= DATA_PACKET_OVERHEAD
+        && buf[0] == VERSION
+        && buf[1] == PacketType::Data as u8
+        && u32_at(buf, COMMON_HEADER_LEN) > u16_at(buf, PAYLOAD_LEN_AT) as u32
 }
 
 /// The segment size to cut a received datagram into when the kernel did not
@@ -476,14 +495,38 @@ pub fn coalesced_segment(datagram: &[u8]) -> usize {
 /// Panics only on caller bugs: an ACK list longer than [`MAX_ACKS_PER_PACKET`],
 /// or a DATA payload longer than 65,535 bytes.
 pub fn encode(out: &mut Vec<u8>, common: &CommonHeader, body: &Body<'_>, checksum: bool) {
-    encode_inner(out, common, body, checksum, true)
+    encode_inner(out, common, body, checksum, true, 0)
+}
+
+/// [`encode`] with `pad` zero bytes after a DATA packet's payload, declared
+/// in its header (ignored for other types). The checksum covers them.
+pub fn encode_padded(
+    out: &mut Vec<u8>,
+    common: &CommonHeader,
+    body: &Body<'_>,
+    checksum: bool,
+    pad: u8,
+) {
+    encode_inner(out, common, body, checksum, true, pad)
 }
 
 /// Like [`encode`], but for DATA packets appends only the headers; the payload
 /// is to be sent right after them (e.g. as a second iovec), which saves
 /// copying it. The checksum still covers the payload.
 pub fn encode_headers(out: &mut Vec<u8>, common: &CommonHeader, body: &Body<'_>, checksum: bool) {
-    encode_inner(out, common, body, checksum, false)
+    encode_inner(out, common, body, checksum, false, 0)
+}
+
+/// [`encode_headers`] of a DATA packet that will be followed by its payload
+/// and then `pad` zero bytes (see [`encode_padded`]).
+pub fn encode_headers_padded(
+    out: &mut Vec<u8>,
+    common: &CommonHeader,
+    body: &Body<'_>,
+    checksum: bool,
+    pad: u8,
+) {
+    encode_inner(out, common, body, checksum, false, pad)
 }
 
 /// A DATA packet's headers as seven little-endian 64-bit words (checksum
@@ -498,6 +541,7 @@ pub(crate) fn data_header_words(
     common: &CommonHeader,
     header: &DataHeader,
     payload_len: usize,
+    pad: u8,
 ) -> [u64; 7] {
     debug_assert!(payload_len <= u16::MAX as usize, "DATA payload too long");
     let mut flags = 0u64;
@@ -508,7 +552,7 @@ pub(crate) fn data_header_words(
         flags |= FLAG_RETRANSMIT as u64;
     }
     [
-        VERSION as u64 | (PacketType::Data as u64) << 8 | flags << 16,
+        VERSION as u64 | (PacketType::Data as u64) << 8 | flags << 16 | (pad as u64) << 24,
         common.rpc_id,
         common.send_time,
         common.echo_time,
@@ -532,13 +576,21 @@ pub(crate) unsafe fn store_header_words(dst: *mut u8, words: &[u64; 7]) {
     }
 }
 
-/// The checksum of a DATA packet given as header words and payload, stored
-/// into word 0 (bytes 4..8).
+/// The checksum of a DATA packet given as header words and payload (and the
+/// zero padding its header declares), stored into word 0 (bytes 4..8).
 pub(crate) fn checksum_header_words(words: &mut [u64; 7], payload: &[u8]) {
     let mut bytes = [0u8; COMMON_HEADER_LEN + DATA_HEADER_LEN];
     // SAFETY: `bytes` has room for 56.
     unsafe { store_header_words(bytes.as_mut_ptr(), words) };
-    let sum = compute_checksum_split(&bytes, payload);
+    let pad = bytes[DATA_PAD_AT] as usize;
+    let sum = if pad == 0 {
+        compute_checksum_split(&bytes, payload)
+    } else {
+        checksum_finish(crc32c::crc32c_append(
+            checksum_raw(&bytes, payload),
+            &[0u8; MAX_DATA_PAD][..pad],
+        ))
+    };
     words[0] |= (sum as u64) << 32;
 }
 
@@ -548,6 +600,7 @@ fn encode_inner(
     body: &Body<'_>,
     checksum: bool,
     with_payload: bool,
+    pad: u8,
 ) {
     let start = out.len();
     if let Body::Data { header, payload } = body {
@@ -555,7 +608,7 @@ fn encode_inner(
             payload.len() <= u16::MAX as usize,
             "DATA payload too long for one packet"
         );
-        let mut words = data_header_words(common, header, payload.len());
+        let mut words = data_header_words(common, header, payload.len(), pad);
         if checksum {
             checksum_header_words(&mut words, payload);
         }
@@ -569,6 +622,7 @@ fn encode_inner(
         }
         if with_payload {
             out.extend_from_slice(payload);
+            out.resize(out.len() + pad as usize, 0);
         }
         return;
     }
@@ -636,9 +690,18 @@ fn encode_inner(
 
 /// [`compute_checksum`] of `head` followed by `tail`, without joining them.
 fn compute_checksum_split(head: &[u8], tail: &[u8]) -> u32 {
+    checksum_finish(checksum_raw(head, tail))
+}
+
+/// The CRC of `head` (without its checksum field) followed by `tail`.
+fn checksum_raw(head: &[u8], tail: &[u8]) -> u32 {
     let crc = crc32c::crc32c(&head[..CHECKSUM_RANGE.start]);
     let crc = crc32c::crc32c_append(crc, &head[CHECKSUM_RANGE.end..]);
-    let crc = crc32c::crc32c_append(crc, tail);
+    crc32c::crc32c_append(crc, tail)
+}
+
+/// A CRC as stored: never 0.
+fn checksum_finish(crc: u32) -> u32 {
     if crc == 0 {
         1
     } else {
@@ -1184,6 +1247,79 @@ mod tests {
     }
 
     #[test]
+    fn padded_data_round_trips_and_declares_its_length() {
+        let payload: Vec<u8> = (0..100u8).collect();
+        let h = DataHeader {
+            message_length: 100,
+            offset: 0,
+            unsched_bytes: 100,
+            ..DATA_HDR
+        };
+        let body = Body::Data {
+            header: h,
+            payload: &payload,
+        };
+        let c = common(true, false);
+        for checksum in [false, true] {
+            for pad in [0u8, 1, 42, 255] {
+                let mut b = Vec::new();
+                encode_padded(&mut b, &c, &body, checksum, pad);
+                assert_eq!(b.len(), DATA_PACKET_OVERHEAD + 100 + pad as usize);
+                assert!(b[DATA_PACKET_OVERHEAD + 100..].iter().all(|&x| x == 0));
+                assert!(verify_checksum(&b, checksum), "pad {pad}");
+                let d = decode(&b).unwrap();
+                assert!(same(&d.packet, &body), "pad {pad}");
+                assert_eq!(packet_len(&b), Some(b.len()));
+                // A lone padded datagram is one packet, not a GRO batch.
+                assert_eq!(coalesced_segment(&b), b.len());
+                // Headers alone, then payload and zeros: the same bytes.
+                let mut h2 = Vec::new();
+                encode_headers_padded(&mut h2, &c, &body, checksum, pad);
+                h2.extend_from_slice(&payload);
+                h2.resize(h2.len() + pad as usize, 0);
+                assert_eq!(h2, b);
+                // One byte more or less than declared is refused.
+                assert!(decode(&b[..b.len() - 1]).is_err());
+                let mut longer = b.clone();
+                longer.push(0);
+                assert_eq!(
+                    decode(&longer).err(),
+                    Some(DecodeError::TrailingBytes(PacketType::Data, 1))
+                );
+                // A corrupted padding byte fails the checksum.
+                if checksum && pad > 0 {
+                    let mut bad = b.clone();
+                    *bad.last_mut().unwrap() = 1;
+                    assert!(!verify_checksum(&bad, true));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn multi_packet_data_is_recognised() {
+        let payload = [7u8; 10];
+        let pkt = |message_length| {
+            let body = Body::Data {
+                header: DataHeader {
+                    message_length,
+                    offset: 0,
+                    unsched_bytes: message_length.min(10),
+                    ..DATA_HDR
+                },
+                payload: &payload,
+            };
+            valid(&body)
+        };
+        assert!(is_multi_packet_data(&pkt(11)));
+        assert!(is_multi_packet_data(&pkt(100_000)));
+        assert!(!is_multi_packet_data(&pkt(10)));
+        assert!(!is_multi_packet_data(&valid(&Body::Grant(GRANT))));
+        assert!(!is_multi_packet_data(&pkt(11)[..DATA_PACKET_OVERHEAD - 1]));
+        assert!(!is_multi_packet_data(&[]));
+    }
+
+    #[test]
     fn bad_flags_and_reserved_header_byte() {
         for (body, _) in samples() {
             let good = valid(&body);
@@ -1193,6 +1329,16 @@ mod tests {
                 assert_eq!(decode(&b), Err(DecodeError::BadFlags(b[2])));
             }
             if body_type(&body) == PacketType::Ack {
+                continue;
+            }
+            if body_type(&body) == PacketType::Data {
+                // Byte 3 is the padding count: padding the datagram does
+                // not have is a cut datagram.
+                for v in [1u8, 0x80] {
+                    let mut b = good.clone();
+                    b[3] = v;
+                    assert_eq!(decode(&b), Err(DecodeError::Truncated(b.len())));
+                }
                 continue;
             }
             for v in [1u8, 0x80] {

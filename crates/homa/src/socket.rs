@@ -54,6 +54,8 @@ pub struct SocketStats {
     pub packets_received: u64,
     /// Received datagrams that carried several GRO-coalesced packets.
     pub gro_datagrams: u64,
+    /// Times UDP GRO was switched on or off (see `RxBatch::note_sizes`).
+    pub gro_switches: u64,
     pub bytes_received: u64,
     /// Datagrams the kernel truncated (larger than the receive buffer).
     pub truncated: u64,
@@ -89,6 +91,8 @@ pub(crate) struct UdpSocket {
     local: SocketAddr,
     /// UDP GSO is available (and not found broken at run time).
     gso: std::sync::atomic::AtomicBool,
+    /// The kernel has UDP GRO and it was asked for (it is switched on only
+    /// while long messages arrive, see `RxBatch::note_sizes`).
     gro: bool,
     /// The TOS the socket applies to packets without a TOS cmsg, for IPv4
     /// (also v4-mapped) and IPv6 destinations; `None` if it could not be set.
@@ -160,7 +164,11 @@ impl UdpSocket {
             None
         };
         let gso = opts.gso && getsockopt_int(fd, SOL_UDP, UDP_SEGMENT).is_ok();
-        let gro = opts.gro && setsockopt_int(fd, SOL_UDP, UDP_GRO, 1).is_ok();
+        // Probed, then left off until long messages arrive: a GRO socket
+        // receives short datagrams more slowly (`RxBatch::note_sizes`).
+        let gro = opts.gro
+            && setsockopt_int(fd, SOL_UDP, UDP_GRO, 1).is_ok()
+            && setsockopt_int(fd, SOL_UDP, UDP_GRO, 0).is_ok();
         let local = sock
             .local_addr()?
             .as_socket()
@@ -197,6 +205,10 @@ impl UdpSocket {
     }
     pub(crate) fn gro(&self) -> bool {
         self.gro
+    }
+    /// Switches UDP GRO on or off; false if the kernel refused.
+    fn set_gro(&self, on: bool) -> bool {
+        setsockopt_int(self.fd(), SOL_UDP, UDP_GRO, on as libc::c_int).is_ok()
     }
     /// Whether this socket can send to `dest` at all (family check).
     pub(crate) fn can_reach(&self, dest: &SocketAddr) -> bool {
@@ -330,6 +342,11 @@ pub(crate) enum RecvOutcome {
     Error,
 }
 
+/// Datagrams in a row without a packet of a multi-packet message after
+/// which UDP GRO goes off again (see [`RxBatch::note_sizes`]). Long enough that the short
+/// packets between a bulk transfer's messages (grants, replies) keep it on.
+const GRO_OFF_AFTER: u32 = 256;
+
 /// Reusable buffers for `recvmmsg`.
 pub(crate) struct RxBatch {
     /// Headers `0..dirty` may have been written by the last call.
@@ -340,6 +357,10 @@ pub(crate) struct RxBatch {
     /// once two successive receives found something.
     vlen: usize,
     streak: u8,
+    /// UDP GRO is on (see [`Self::note_sizes`]).
+    gro_on: bool,
+    /// Datagrams received since the last one of a multi-packet message.
+    since_long: u32,
     /// All headers have been set up once.
     ready: bool,
     data: Vec<u8>,
@@ -359,6 +380,8 @@ impl RxBatch {
         RxBatch {
             vlen: 1,
             streak: 0,
+            gro_on: false,
+            since_long: 0,
             dirty: 0,
             ready: false,
             data: vec![0u8; n * RX_BUF_SIZE],
@@ -504,10 +527,15 @@ impl RxBatch {
                 continue;
             };
             let buf = &self.data[i * RX_BUF_SIZE..i * RX_BUF_SIZE + len.min(RX_BUF_SIZE)];
+            // Without a GRO control message (recvfrom, or GRO just switched
+            // off with coalesced datagrams still queued) a coalesced
+            // datagram is cut by its packets' own lengths.
             let seg = if asked == 1 {
                 homa_proto::wire::coalesced_segment(buf)
             } else {
-                gro_segment_size(&h.msg_hdr).unwrap_or(len).max(1)
+                gro_segment_size(&h.msg_hdr)
+                    .unwrap_or_else(|| homa_proto::wire::coalesced_segment(buf))
+                    .max(1)
             };
             if buf.len() > seg {
                 stats.gro_datagrams += 1;
@@ -516,7 +544,36 @@ impl RxBatch {
             stats.packets_received += buf.len().div_ceil(seg).max(1) as u64;
             f(src, buf, seg);
         }
+        if sock.gro {
+            self.note_sizes(sock, stats, got);
+        }
         RecvOutcome::Received(asked > 1 && got == asked)
+    }
+
+    /// Switches UDP GRO on when packets of multi-packet messages arrive and
+    /// off after [`GRO_OFF_AFTER`] datagrams without one. GRO is what bulk transfers
+    /// need (one receive for up to 64 KB of packets), but a GRO socket pays
+    /// for it on every datagram: a busy-polled ping-pong of 100-200-byte
+    /// datagrams measured ~0.25 µs slower per round trip with GRO on the
+    /// sockets (docs/performance.md). The switch is one `setsockopt`.
+    fn note_sizes(&mut self, sock: &UdpSocket, stats: &mut SocketStats, got: usize) {
+        let long = (0..got).any(|i| {
+            let len = (self.hdrs[i].msg_len as usize).min(RX_BUF_SIZE);
+            homa_proto::wire::is_multi_packet_data(&self.data[i * RX_BUF_SIZE..][..len])
+        });
+        if long {
+            self.since_long = 0;
+            if !self.gro_on && sock.set_gro(true) {
+                self.gro_on = true;
+                stats.gro_switches += 1;
+            }
+        } else {
+            self.since_long = self.since_long.saturating_add(got as u32);
+            if self.gro_on && self.since_long >= GRO_OFF_AFTER && sock.set_gro(false) {
+                self.gro_on = false;
+                stats.gro_switches += 1;
+            }
+        }
     }
 }
 
@@ -542,9 +599,11 @@ fn gro_segment_size(hdr: &libc::msghdr) -> Option<usize> {
 struct TxMeta {
     dest: SocketAddr,
     tos: u8,
-    /// Whole datagram: headers plus payload.
+    /// Whole datagram: headers, payload and padding.
     len: usize,
     head_len: u32,
+    /// Zero bytes after the payload (declared in the header).
+    pad: u32,
     buf: u32,
     head_at: u32,
     payload: u32,
@@ -651,6 +710,7 @@ impl TxQueue {
                 header_len: len,
                 segment: 0,
                 payload: bytes::Bytes::new(),
+                pad: 0,
             },
             tos,
             |_| true,
@@ -675,11 +735,14 @@ impl TxQueue {
             }
             kept = true;
             let pay_len = burst.payload_of(i).len();
+            let pad = if i + 1 == burst.count { burst.pad } else { 0 };
+            debug_assert!(pad == 0 || burst.header_len > 0, "padding in place");
             self.meta.push(TxMeta {
                 dest: burst.dest,
                 tos,
-                len: burst.header_len + pay_len,
+                len: burst.header_len + pay_len + pad,
                 head_len: burst.header_len as u32,
+                pad: pad as u32,
                 buf: buf as u32,
                 head_at: (i * burst.header_len) as u32,
                 payload,
@@ -837,12 +900,13 @@ impl TxQueue {
         let head_len = m.head_len as usize;
         self.staging
             .extend_from_slice(&self.bufs[m.buf as usize][m.head_at as usize..][..head_len]);
-        let pay_len = m.len - head_len;
+        let pay_len = m.len - head_len - m.pad as usize;
         if pay_len > 0 {
             self.staging.extend_from_slice(
                 &self.payloads[m.payload as usize][m.pay_at as usize..][..pay_len],
             );
         }
+        self.staging.resize(self.staging.len() + m.pad as usize, 0);
         self.lone = (self.staging.as_ptr(), self.staging.len());
     }
 
@@ -898,11 +962,12 @@ impl TxQueue {
                     let start = self.staging.len();
                     let head = &self.bufs[m.buf as usize][m.head_at as usize..][..head_len];
                     self.staging.extend_from_slice(head);
-                    let pay_len = m.len - head_len;
+                    let pay_len = m.len - head_len - m.pad as usize;
                     if pay_len > 0 {
                         let p = &self.payloads[m.payload as usize][m.pay_at as usize..][..pay_len];
                         self.staging.extend_from_slice(p);
                     }
+                    self.staging.resize(self.staging.len() + m.pad as usize, 0);
                     (false, start)
                 };
                 let in_group = self.pieces.len() > first_piece;
@@ -1154,6 +1219,113 @@ mod tests {
         if !gro {
             assert_eq!(stats.gro_datagrams, 0);
         }
+    }
+
+    /// A DATA packet of `len` payload bytes, headers apart, as the engine
+    /// writes a padded one: (headers, payload, the whole padded packet).
+    fn padded_packet(len: usize, pad: u8) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        use homa_proto::wire::{self, Body, CommonHeader, DataHeader};
+        let payload: Vec<u8> = (0..len).map(|j| (j * 3 + 1) as u8).collect();
+        let common = CommonHeader {
+            from_client: true,
+            retransmit: false,
+            rpc_id: 1,
+            send_time: 1,
+            echo_time: 0,
+        };
+        let body = Body::Data {
+            header: DataHeader {
+                message_length: len as u32,
+                offset: 0,
+                unsched_bytes: len as u32,
+                cutoff_version: 0,
+                ack: 0,
+            },
+            payload: &payload,
+        };
+        let (mut head, mut whole) = (Vec::new(), Vec::new());
+        wire::encode_headers_padded(&mut head, &common, &body, false, pad);
+        wire::encode_padded(&mut whole, &common, &body, false, pad);
+        (head, payload, whole)
+    }
+
+    #[test]
+    fn padded_packets_go_out_with_their_zeros() {
+        let a = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &opts()).unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &opts()).unwrap();
+        let mut tx = TxQueue::new(16, 1472);
+        let mut rx = RxBatch::new(8);
+        let mut stats = SocketStats::default();
+        let mut unr = Vec::new();
+        // Alone (sendto), then two at two TOS values (sendmmsg, gathered).
+        for tos in [vec![46 << 2], vec![46 << 2, 0x20]] {
+            let mut want = Vec::new();
+            for (i, &t) in tos.iter().enumerate() {
+                let (head, payload, whole) = padded_packet(100 + i, 42 - i as u8);
+                let buf = tx.next_buf();
+                buf.clear();
+                buf.extend_from_slice(&head);
+                tx.commit_burst(
+                    homa_proto::Burst {
+                        dest: b.local_addr(),
+                        priority: 0,
+                        count: 1,
+                        header_len: head.len(),
+                        segment: payload.len(),
+                        payload: bytes::Bytes::from(payload),
+                        pad: 42 - i,
+                    },
+                    t,
+                    |_| true,
+                );
+                want.push(whole);
+            }
+            assert_eq!(tx.flush(&a, &mut stats, &mut unr), FlushOutcome::Done);
+            let (got, _) = recv_all(&mut rx, &b, want.len());
+            let got: Vec<Vec<u8>> = got.into_iter().map(|(_, d)| d).collect();
+            assert_eq!(got, want);
+        }
+        assert_eq!(stats.lone_sends, 1);
+    }
+
+    #[test]
+    fn gro_goes_on_for_long_messages_and_off_after_short_ones() {
+        let a = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &opts()).unwrap();
+        let b = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &opts()).unwrap();
+        if !b.gro() {
+            eprintln!("skipped: no UDP GRO in this kernel");
+            return;
+        }
+        let gro_on = || getsockopt_int(b.fd(), SOL_UDP, UDP_GRO).unwrap() != 0;
+        assert!(!gro_on(), "off until long messages arrive");
+        let mut tx = TxQueue::new(512, 1472);
+        let mut rx = RxBatch::new(8);
+        // Short messages: one packet each, GRO stays off.
+        let short: Vec<Vec<u8>> = (0..10).map(|_| padded_packet(100, 0).2).collect();
+        send(&mut tx, &a, b.local_addr(), &short, 0);
+        let (got, stats) = recv_all(&mut rx, &b, short.len());
+        assert_eq!((got.len(), stats.gro_switches), (short.len(), 0));
+        assert!(!gro_on());
+        // A packet of a multi-packet message switches it on.
+        let long = pattern(4, 1400);
+        send(&mut tx, &a, b.local_addr(), &long, 0);
+        let (got, stats) = recv_all(&mut rx, &b, long.len());
+        assert_eq!(got.len(), long.len());
+        assert_eq!(stats.gro_switches, 1);
+        assert!(gro_on());
+        // Off again after GRO_OFF_AFTER short datagrams, and only then
+        // (sent one at a time, as short messages go: GSO would batch them
+        // into fewer datagrams).
+        for _ in 0..GRO_OFF_AFTER - 1 {
+            send(&mut tx, &a, b.local_addr(), &short[..1], 0);
+            let (got, stats) = recv_all(&mut rx, &b, 1);
+            assert_eq!((got.len(), stats.gro_switches), (1, 0));
+        }
+        assert!(gro_on());
+        send(&mut tx, &a, b.local_addr(), &short[..1], 0);
+        let (_, stats) = recv_all(&mut rx, &b, 1);
+        assert_eq!(stats.gro_switches, 1);
+        assert!(!gro_on());
     }
 
     #[test]

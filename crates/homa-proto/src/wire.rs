@@ -15,7 +15,7 @@
 use thiserror::Error;
 
 /// Wire-format version carried in the first byte of every packet.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Bytes of the header shared by every packet type.
 pub const COMMON_HEADER_LEN: usize = 32;
 /// Bytes of the DATA-specific header that follows the common header.
@@ -245,6 +245,8 @@ impl<'a> AckList<'a> {
 pub struct Decoded<'a> {
     pub common: CommonHeader,
     pub packet: Packet<'a>,
+    /// Zero bytes after a DATA packet's payload (0 for other types).
+    pub pad: u8,
 }
 
 /// Why a datagram could not be decoded.
@@ -363,6 +365,9 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             let declared = u16_at(buf, PAYLOAD_LEN_AT) as usize;
             let pad = buf[DATA_PAD_AT] as usize;
             exact(DATA_HEADER_LEN + declared + pad)?;
+            // Padding is reserved space: zeros, so that a packet has one
+            // encoding.
+            check_reserved(&body[DATA_HEADER_LEN + declared..])?;
             let header = DataHeader {
                 message_length: u32_at(body, 0),
                 offset: u32_at(body, 4),
@@ -437,7 +442,15 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             Packet::Ack(AckList { raw: body })
         }
     };
-    Ok(Decoded { common, packet })
+    let pad = match packet {
+        Packet::Data { .. } => buf[DATA_PAD_AT],
+        _ => 0,
+    };
+    Ok(Decoded {
+        common,
+        packet,
+        pad,
+    })
 }
 
 /// The length of the packet at the start of `buf` as its own header
@@ -936,7 +949,7 @@ mod tests {
             send_time: 0x1817_1615_1413_1211,
             echo_time: 0x2827_2625_2423_2221,
         };
-        let mut header = vec![2, 0, 3, 0, 0, 0, 0, 0];
+        let mut header = vec![3, 0, 3, 0, 0, 0, 0, 0];
         header.extend(1..=8u8);
         header.extend(0x11..=0x18u8);
         header.extend(0x21..=0x28u8);
@@ -969,6 +982,22 @@ mod tests {
             ),
             with(1, &data_body)
         );
+        // The same padded by 3: byte 3 says so, three zeros follow.
+        let mut padded = with(1, &data_body);
+        padded[3] = 3;
+        padded.extend_from_slice(&[0, 0, 0]);
+        let mut out = Vec::new();
+        encode_padded(
+            &mut out,
+            &c,
+            &Body::Data {
+                header: data,
+                payload: b"hi",
+            },
+            false,
+            3,
+        );
+        assert_eq!(out, padded);
         let g = Grant {
             offset: 0x0403_0201,
             priority: 6,
@@ -1220,8 +1249,8 @@ mod tests {
     #[test]
     fn bad_version() {
         for (body, _) in samples() {
-            // 1: a version-1 packet is rejected, not half-understood.
-            for v in [0u8, 1, 3, 0x81, 255] {
+            // 1, 2: older versions' packets are rejected, not half-understood.
+            for v in [0u8, 1, 2, 4, 0x81, 255] {
                 let mut bytes = valid(&body);
                 bytes[0] = v;
                 assert_eq!(decode(&bytes), Err(DecodeError::BadVersion(v)));
@@ -1286,11 +1315,15 @@ mod tests {
                     decode(&longer).err(),
                     Some(DecodeError::TrailingBytes(PacketType::Data, 1))
                 );
-                // A corrupted padding byte fails the checksum.
-                if checksum && pad > 0 {
+                assert_eq!(d.pad, pad);
+                // Padding must be zeros (and the checksum covers it).
+                if pad > 0 {
                     let mut bad = b.clone();
                     *bad.last_mut().unwrap() = 1;
-                    assert!(!verify_checksum(&bad, true));
+                    assert_eq!(decode(&bad).err(), Some(DecodeError::BadFlags(1)));
+                    if checksum {
+                        assert!(!verify_checksum(&bad, true));
+                    }
                 }
             }
         }
@@ -1744,7 +1777,7 @@ mod tests {
         assert_eq!(packet_len(&[]), None);
         assert_eq!(packet_len(&[VERSION]), None);
         let busy = valid(&Body::Busy);
-        for v in [0u8, 1, 3, 255] {
+        for v in [0u8, 1, 2, 4, 255] {
             let mut b = busy.clone();
             b[0] = v;
             assert_eq!(packet_len(&b), None);

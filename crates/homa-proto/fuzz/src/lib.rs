@@ -31,7 +31,7 @@ pub fn reencode(d: &Decoded<'_>, out: &mut Vec<u8>, checksum: bool) {
             Body::Ack(&acks)
         }
     };
-    wire::encode(out, &d.common, &body, checksum);
+    wire::encode_padded(out, &d.common, &body, checksum, d.pad);
 }
 
 /// The `decode` target: no input may panic the decoder or the checksum check;
@@ -260,6 +260,17 @@ pub fn decode_seeds() -> Vec<(String, Vec<u8>)> {
             seeds.push((format!("seed-{name}{suffix}"), out));
         }
     }
+    // A short DATA packet padded as the UDP runtime pads 100-byte messages.
+    for checksum in [false, true] {
+        let mut out = Vec::new();
+        let body = Body::Data {
+            header: data(0),
+            payload: &payload[..100],
+        };
+        wire::encode_padded(&mut out, &c(true, false), &body, checksum, 42);
+        let suffix = if checksum { "-csum" } else { "" };
+        seeds.push((format!("seed-data-padded{suffix}"), out));
+    }
     seeds
 }
 
@@ -473,6 +484,9 @@ pub fn engine_config() -> Config {
         tombstone_ns: 2_000_000,
         peer_idle_ns: 10_000_000,
         checksum: false,
+        // As the UDP runtime pads short DATA datagrams.
+        pad_v4: homa_proto::PadWindow { from: 129, to: 198 },
+        pad_v6: homa_proto::PadWindow { from: 129, to: 188 },
         ..Config::default()
     }
 }
@@ -908,6 +922,7 @@ impl Harness {
         let Ok(Decoded {
             common,
             packet: Packet::Resend(r),
+            ..
         }) = wire::decode(datagram)
         else {
             return;

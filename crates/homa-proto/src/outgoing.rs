@@ -457,7 +457,9 @@ impl Endpoint {
     /// Like [`Self::poll_transmit`], but a DATA packet's payload is not copied:
     /// `buf` receives the headers only, and the payload comes back as a slice
     /// of the message's `Bytes`, to be sent right after them (one `sendmsg`
-    /// with two iovecs). `Transmit::len` is the whole datagram's length. The
+    /// with two iovecs). `Transmit::len` is the whole datagram's length,
+    /// including any padding (`Config::pad_v4`): the driver appends
+    /// `len - headers - payload` zero bytes after the payload. The
     /// payload is empty for control packets. A first transmission from a
     /// [`crate::SendBuf`] leaves `buf` empty and returns the whole packet,
     /// its header written in place, as the payload.

@@ -976,7 +976,13 @@ impl Harness {
                         break;
                     };
                     assert!(may, "may_transmit said no, poll_transmit_split sent {t:?}");
-                    assert_eq!(t.len, buf.len() + payload.len(), "{t:?}");
+                    // The rest of the datagram is padding the driver appends.
+                    let pad = t
+                        .len
+                        .checked_sub(buf.len() + payload.len())
+                        .unwrap_or_else(|| panic!("{t:?} shorter than its parts"));
+                    assert!(pad <= wire::MAX_DATA_PAD, "{t:?}");
+                    assert!(pad == 0 || !buf.is_empty(), "padding in place: {t:?}");
                     if buf.is_empty() {
                         // The header was written into a send buffer.
                         self.counts.in_place += 1;
@@ -984,6 +990,7 @@ impl Harness {
                     dgram.clear();
                     dgram.extend_from_slice(&buf);
                     dgram.extend_from_slice(&payload);
+                    dgram.resize(dgram.len() + pad, 0);
                     self.check_datagram(t.dest, t.priority, &dgram);
                 }
                 TxMode::Burst { exp } => {
@@ -998,6 +1005,11 @@ impl Harness {
                         "{b:?} for max {max_packets}"
                     );
                     assert_eq!(buf.len(), b.count * b.header_len, "{b:?}");
+                    // Padding only on a lone packet with its header apart.
+                    assert!(
+                        b.pad == 0 || (b.count == 1 && b.header_len > 0 && b.pad <= 255),
+                        "{b:?}"
+                    );
                     if b.count > 1 {
                         // GSO: every segment but the last is full.
                         assert!(
@@ -1012,6 +1024,9 @@ impl Harness {
                         dgram.clear();
                         dgram.extend_from_slice(&buf[i * b.header_len..(i + 1) * b.header_len]);
                         dgram.extend_from_slice(b.payload_of(i));
+                        if i + 1 == b.count {
+                            dgram.resize(dgram.len() + b.pad, 0);
+                        }
                         if b.header_len == 0 {
                             self.counts.in_place += 1;
                         }

@@ -188,6 +188,8 @@ fn dropping_a_request_in_the_handler_abandons_it() {
     let client = endpoint();
     let ignored = client.call_timeout(addr, &b"ignore me"[..], Duration::from_millis(300));
     assert!(matches!(ignored, Err(Error::Timeout)), "{ignored:?}");
+    // A call that timed out abandoned its RPC.
+    assert_eq!(client.engine_stats().client_rpcs, 0);
     assert_eq!(
         &*client.call(addr, &b"answer me"[..]).unwrap().to_vec(),
         b"answer me"

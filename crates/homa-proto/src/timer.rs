@@ -153,7 +153,12 @@ impl Endpoint {
                 }
             }
             Prod::NeedAck => {
-                if silent < resend || since_prod < resend {
+                // Asked again at doubling silences (1, 2, 4... resend
+                // intervals): a live client answers the first (or its next
+                // request carries the ack), so only a departed one hears
+                // the rest, ~log2(rpc_timeout / resend) of them instead of
+                // one per interval until the timeout.
+                if silent < resend || since_prod < resend.max(silent / 2) {
                     return;
                 }
                 ControlBody::NeedAck

@@ -666,3 +666,31 @@ fn a_response_that_cannot_get_pool_space_fails_after_the_rpc_timeout() {
     assert!(net.run_until_cond(now + 20 * MS, |n| n.app(0).held.len() == 1));
     assert_eq!(net.app(0).failed.len(), 1);
 }
+
+#[test]
+fn a_departed_client_is_asked_for_acks_at_doubling_intervals() {
+    let cfg = Config {
+        resend_interval_ns: MS / 2,
+        rpc_timeout_ns: 64 * MS,
+        ..Config::default()
+    };
+    let mut net = net_with(2, cfg, Reply::Echo);
+    net.send_request(0, 1, pattern(100, 1)).unwrap();
+    assert!(net.run_until_cond(10 * MS, |n| n.app(0).responses() == 1));
+    // The client goes away before acknowledging the response.
+    net.crash(0, None);
+    let need_acks = |n: &EngineNet<TestApp>| {
+        n.endpoint(1)
+            .metrics()
+            .sent(homa_proto::wire::PacketType::NeedAck)
+    };
+    assert!(
+        net.run_until_cond(net.now() + 200 * MS, |n| n.endpoint(1).stats().server_rpcs
+            == 0)
+    );
+    // Silences of 0.5, 1, 2 ... 32 ms before the 64 ms timeout: 7 asks (one
+    // per resend interval would be ~128).
+    let n = need_acks(&net);
+    assert!((5..=9).contains(&n), "{n} NEED_ACKs");
+    assert_eq!(net.endpoint(1).metrics().timeouts, 1);
+}

@@ -794,13 +794,23 @@ impl Endpoint {
     /// When `handle_timeout` should next be called, if ever.
     #[inline]
     pub fn poll_timeout(&self) -> Option<Time> {
-        let mut t = self.next_tick;
-        if (!self.sendable.is_empty() || !self.retx_queue.is_empty())
-            && self.nic_idle_at > self.max_nic_queue_ns
-        {
-            t = t.min(self.nic_idle_at - self.max_nic_queue_ns);
-        }
+        let t = match self.pacer_deadline() {
+            Some(p) => self.next_tick.min(p),
+            None => self.next_tick,
+        };
         (t != Time::MAX).then_some(t)
+    }
+
+    /// The part of [`Self::poll_timeout`] that is the pacer's: when the NIC
+    /// queue will have drained enough for a packet that waits for it, if
+    /// one waits. A driver that sleeps can tell from it an urgent wake-up
+    /// (packets to send within µs) from an ordinary protocol timer, which
+    /// may run somewhat late.
+    #[inline]
+    pub fn pacer_deadline(&self) -> Option<Time> {
+        ((!self.sendable.is_empty() || !self.retx_queue.is_empty())
+            && self.nic_idle_at > self.max_nic_queue_ns)
+            .then(|| self.nic_idle_at - self.max_nic_queue_ns)
     }
 
     /// The RPC a packet from peer `pk` refers to, by direction (a sender we

@@ -209,6 +209,10 @@ impl Pollers {
     fn found(&self) -> u64 {
         self.0.load(Relaxed) >> 32
     }
+    /// Counts a wait that found its result without polling at all.
+    fn found_at_once(&self) {
+        self.0.fetch_add(FOUND, Relaxed);
+    }
 }
 
 /// Everything touched under the engine lock.
@@ -235,13 +239,12 @@ struct Driver {
 /// background thread.
 ///
 /// Aligned to 128 bytes (two cache lines, which the adjacent-line prefetcher
-/// moves together) so that no other allocation shares its lines. Without it
-/// the echo benchmark's two endpoints, allocated one after the other, could
-/// share a line between one's engine-lock word (written every poll round)
-/// and the other's flags (read every round): a change that only shifted the
-/// fields by a few bytes cost the client ~95 ns and the server ~65 ns per
-/// round trip, and aligning undid it (time-trace turnarounds, 8 alternating
-/// runs each).
+/// moves together) so that no other allocation shares its lines: the lock
+/// word is written on every poll round. A precaution, not a measured gain:
+/// with time traces on, a change that only moved the fields looked ~160 ns
+/// slower per round trip until this alignment, but the plain p50 showed no
+/// difference either way (the traces' own buffers make traced runs
+/// layout-sensitive; docs/performance.md).
 #[repr(align(128))]
 pub(crate) struct Shared {
     sock: UdpSocket,
@@ -728,22 +731,17 @@ impl PendingRpc {
 
     /// Waits for the response.
     pub fn wait(mut self) -> Result<Message> {
-        if !self.slot.is_done() {
-            self.shared.check_may_wait()?;
-        }
-        let r = self.shared.wait_slot(&self.slot, None);
-        self.finish(r)
+        self.finished = true;
+        self.shared.await_private(self.id, &self.slot, None)
     }
 
     /// Waits at most `timeout`; on expiry abandons the RPC and returns
     /// [`Error::Timeout`].
     pub fn wait_timeout(mut self, timeout: Duration) -> Result<Message> {
-        if !self.slot.is_done() {
-            self.shared.check_may_wait()?;
-        }
+        self.finished = true;
         let deadline = self.shared.now_ns() + dur_ns(timeout);
-        let r = self.shared.wait_slot(&self.slot, Some(deadline));
-        self.finish(r)
+        self.shared
+            .await_private(self.id, &self.slot, Some(deadline))
     }
 
     /// The response if it has arrived (after one non-blocking pass over the
@@ -763,19 +761,6 @@ impl PendingRpc {
     /// Whether the outcome is known (a `wait` would not block).
     pub fn is_done(&self) -> bool {
         self.slot.is_done()
-    }
-
-    fn finish(&mut self, r: Option<RpcResult>) -> Result<Message> {
-        match r {
-            Some(r) => {
-                self.finished = true;
-                timetrace::record("response returned");
-                r.map(Message::new)
-            }
-            // Timed out or shut down: Drop abandons the RPC.
-            None if self.shared.shut.load(Acquire) => Err(Error::Shutdown),
-            None => Err(Error::Timeout),
-        }
     }
 
     #[cfg(feature = "tokio")]
@@ -1072,24 +1057,38 @@ impl Shared {
         timetrace::record("send_request");
         let slot = spare_slot();
         let id = self.start(peer, request, Target::Private(slot.clone()))?;
+        let deadline = timeout.map(|t| self.now_ns() + dur_ns(t));
+        let out = self.await_private(id, &slot, deadline);
+        recycle_slot(slot);
+        out
+    }
+
+    /// Waits for private RPC `id`'s outcome in `slot` until `deadline`
+    /// (engine time). On a timeout, on shutdown, or when waiting is refused
+    /// (inside this endpoint's serve handler), the RPC is abandoned.
+    fn await_private(
+        &self,
+        id: RpcId,
+        slot: &Slot<RpcResult>,
+        deadline: Option<u64>,
+    ) -> Result<Message> {
         let r = if slot.is_done() {
+            self.pollers.found_at_once();
             slot.take()
         } else {
             if let Err(e) = self.check_may_wait() {
                 self.cancel(id);
                 return Err(e);
             }
-            let deadline = timeout.map(|t| self.now_ns() + dur_ns(t));
-            self.wait_slot(&slot, deadline)
+            self.wait_slot(slot, deadline)
         };
-        let out = match r {
+        match r {
             Some(r) => {
                 timetrace::record("response returned");
                 r.map(Message::new)
             }
             None => {
-                // Timed out or shut down: abandon the RPC (unless its
-                // outcome came in meanwhile).
+                // Unless its outcome came in meanwhile.
                 if !slot.is_done() {
                     self.cancel(id);
                 }
@@ -1099,9 +1098,7 @@ impl Shared {
                     Error::Timeout
                 })
             }
-        };
-        recycle_slot(slot);
-        out
+        }
     }
 
     fn reply(&self, rpc: ServerRpc, response: Outgoing) -> Result<()> {
@@ -1583,6 +1580,7 @@ impl Shared {
         mut deregister: impl FnMut(Option<u64>),
     ) -> Option<T> {
         if let Some(v) = check() {
+            self.pollers.found_at_once();
             return Some(v);
         }
         self.pollers.enter();

@@ -343,8 +343,9 @@ pub(crate) enum RecvOutcome {
 }
 
 /// Datagrams in a row without a packet of a multi-packet message after
-/// which UDP GRO goes off again (see [`RxBatch::note_sizes`]). Long enough that the short
-/// packets between a bulk transfer's messages (grants, replies) keep it on.
+/// which UDP GRO goes off again (see [`RxBatch::note_sizes`]). Long enough
+/// that the short packets between a bulk transfer's messages (grants,
+/// replies) keep it on.
 const GRO_OFF_AFTER: u32 = 256;
 
 /// Reusable buffers for `recvmmsg`.
@@ -551,11 +552,13 @@ impl RxBatch {
     }
 
     /// Switches UDP GRO on when packets of multi-packet messages arrive and
-    /// off after [`GRO_OFF_AFTER`] datagrams without one. GRO is what bulk transfers
-    /// need (one receive for up to 64 KB of packets), but a GRO socket pays
-    /// for it on every datagram: a busy-polled ping-pong of 100-200-byte
-    /// datagrams measured ~0.25 µs slower per round trip with GRO on the
-    /// sockets (docs/performance.md). The switch is one `setsockopt`.
+    /// off after [`GRO_OFF_AFTER`] datagrams without one. GRO is what bulk
+    /// transfers need (one receive for up to 64 KB of packets), but a GRO
+    /// socket pays for it on every datagram: a busy-polled ping-pong of
+    /// 100-200-byte datagrams measured ~0.25 µs slower per round trip with
+    /// GRO on the sockets (docs/performance.md). The switch is one
+    /// `setsockopt`; a peer that forges long-message packets can make it
+    /// switch at most twice per `GRO_OFF_AFTER + 1` datagrams.
     fn note_sizes(&mut self, sock: &UdpSocket, stats: &mut SocketStats, got: usize) {
         let long = (0..got).any(|i| {
             let len = (self.hdrs[i].msg_len as usize).min(RX_BUF_SIZE);

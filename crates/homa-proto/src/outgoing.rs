@@ -434,18 +434,20 @@ impl Endpoint {
             let before = buf.len();
             wire::encode_headers(buf, &common, &body, self.config.checksum);
             buf.len() - before + payload.len()
-        } else if self.split_mode {
-            // The whole packet (headers, payload, padding) is what the
-            // driver sends; the padding is zeros it appends (see `Burst`).
-            let pad = self.pad_for(&dest, DATA_PACKET_OVERHEAD + payload.len());
-            wire::encode_headers_padded(buf, &common, &body, self.config.checksum, pad);
-            let len = buf.len() + payload.len() + pad as usize;
-            self.split_payload = Some(out.data.bytes(offset as usize, end as usize));
-            len
         } else {
+            // A packet that leaves alone (not in place, not inside a burst)
+            // may be padded (`Config::pad_v4`).
             let pad = self.pad_for(&dest, DATA_PACKET_OVERHEAD + payload.len());
-            wire::encode_padded(buf, &common, &body, self.config.checksum, pad);
-            buf.len()
+            if self.split_mode {
+                // The whole packet (headers, payload, padding) is what the
+                // driver sends; the padding is zeros it appends (`Burst`).
+                wire::encode_headers_padded(buf, &common, &body, self.config.checksum, pad);
+                self.split_payload = Some(out.data.bytes(offset as usize, end as usize));
+                buf.len() + payload.len() + pad as usize
+            } else {
+                wire::encode_padded(buf, &common, &body, self.config.checksum, pad);
+                buf.len()
+            }
         };
         self.metrics.data_bytes_sent += (end - offset) as u64;
         (

@@ -442,9 +442,11 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             Packet::Ack(AckList { raw: body })
         }
     };
-    let pad = match packet {
-        Packet::Data { .. } => buf[DATA_PAD_AT],
-        _ => 0,
+    // Byte 3 is the padding count in DATA only (checked above).
+    let pad = if ptype == PacketType::Data {
+        buf[DATA_PAD_AT]
+    } else {
+        0
     };
     Ok(Decoded {
         common,

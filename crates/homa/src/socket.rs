@@ -900,16 +900,7 @@ impl TxQueue {
             return;
         }
         self.staging.clear();
-        let head_len = m.head_len as usize;
-        self.staging
-            .extend_from_slice(&self.bufs[m.buf as usize][m.head_at as usize..][..head_len]);
-        let pay_len = m.len - head_len - m.pad as usize;
-        if pay_len > 0 {
-            self.staging.extend_from_slice(
-                &self.payloads[m.payload as usize][m.pay_at as usize..][..pay_len],
-            );
-        }
-        self.staging.resize(self.staging.len() + m.pad as usize, 0);
+        stage(&mut self.staging, &self.bufs, &self.payloads, &m);
         self.lone = (self.staging.as_ptr(), self.staging.len());
     }
 
@@ -963,14 +954,7 @@ impl TxQueue {
                     (true, p.as_ptr() as usize)
                 } else {
                     let start = self.staging.len();
-                    let head = &self.bufs[m.buf as usize][m.head_at as usize..][..head_len];
-                    self.staging.extend_from_slice(head);
-                    let pay_len = m.len - head_len - m.pad as usize;
-                    if pay_len > 0 {
-                        let p = &self.payloads[m.payload as usize][m.pay_at as usize..][..pay_len];
-                        self.staging.extend_from_slice(p);
-                    }
-                    self.staging.resize(self.staging.len() + m.pad as usize, 0);
+                    stage(&mut self.staging, &self.bufs, &self.payloads, m);
                     (false, start)
                 };
                 let in_group = self.pieces.len() > first_piece;
@@ -1042,6 +1026,18 @@ impl TxQueue {
             h.msg_hdr.msg_controllen = used;
         }
     }
+}
+
+/// Appends queued packet `m` (headers apart from its payload) to `staging`:
+/// its headers, its payload, and the zero padding its header declares.
+fn stage(staging: &mut Vec<u8>, bufs: &[Vec<u8>], payloads: &[bytes::Bytes], m: &TxMeta) {
+    let head_len = m.head_len as usize;
+    staging.extend_from_slice(&bufs[m.buf as usize][m.head_at as usize..][..head_len]);
+    let pay_len = m.len - head_len - m.pad as usize;
+    if pay_len > 0 {
+        staging.extend_from_slice(&payloads[m.payload as usize][m.pay_at as usize..][..pay_len]);
+    }
+    staging.resize(staging.len() + m.pad as usize, 0);
 }
 
 /// Drops packets at random on receive and transmit, for tests of loss

@@ -629,6 +629,9 @@ impl Pool {
     /// copy and seal in one step, or `None` if the pool cannot hold it now.
     /// With `copy` unset the bytes are left unwritten (`discard_payload`).
     pub fn message_from(&mut self, data: &[u8], copy: bool) -> Option<Message> {
+        if let Some(m) = self.pack_short(data, copy) {
+            return Some(m);
+        }
         let mut a = self.allocate(data.len())?;
         if copy && !data.is_empty() {
             // Up to a bpage is one piece (packed into a page, or a whole one).
@@ -651,6 +654,50 @@ impl Pool {
     }
 
     /// Returns an allocation's space without delivering it (aborted message).
+    /// [`Self::message_from`] for the common case, a short message that fits
+    /// in the current packing page with a reference already prepaid: what
+    /// `allocate` does then (no page to claim, no shared counter to touch),
+    /// without its general bookkeeping (~200 instructions per message, as
+    /// counted by callgrind). `None` if the case does not apply.
+    #[inline]
+    fn pack_short(&mut self, data: &[u8], copy: bool) -> Option<Message> {
+        let len = data.len();
+        let page = self.current?;
+        // An idle page (every earlier message in it released) restarts
+        // packing at its beginning, as in `allocate`.
+        let idle = self.current_idle();
+        let cursor = if idle { 0 } else { self.cursor };
+        if len == 0 || len >= BPAGE_SIZE || self.prepaid == 0 || cursor + len > BPAGE_SIZE {
+            return None;
+        }
+        self.cursor = cursor;
+        self.prepaid -= 1;
+        let tail = self.pack(page, len);
+        self.allocated = self.allocated.wrapping_add(len);
+        if copy {
+            // SAFETY: the chunk was just packed for this message: inside the
+            // region, referenced by us, and nobody else reads or writes it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    data.as_ptr(),
+                    self.shared()
+                        .base
+                        .as_ptr()
+                        .add(page as usize * BPAGE_SIZE + tail.offset as usize),
+                    len,
+                );
+            }
+        }
+        Some(Message {
+            len,
+            layout: Layout {
+                full: Box::new([]),
+                tail: Some(tail),
+            },
+            shared: self.shared,
+        })
+    }
+
     pub fn release(&mut self, alloc: Allocation) {
         drop(alloc);
     }
@@ -1161,6 +1208,41 @@ mod tests {
         assert_eq!(&buf[len..], &[0xAA; 3]);
         let joined: Vec<u8> = m.fragments().flatten().copied().collect();
         assert_eq!(joined, want);
+    }
+
+    #[test]
+    fn short_messages_pack_into_the_current_page_and_restart_when_it_is_idle() {
+        let mut pool = Pool::new(4 * BPAGE_SIZE);
+        let first = |m: &Message| m.fragments().next().unwrap().as_ptr() as usize;
+        let a = pool.message_from(b"first", true).unwrap();
+        let b = pool.message_from(b"second", true).unwrap();
+        assert_eq!(first(&b) - first(&a), CHUNK_ALIGN, "packed after the first");
+        assert_eq!(b.to_vec(), b"second");
+        let start = first(&a);
+        drop((a, b));
+        // Every message in the page released: packing starts over.
+        let c = pool.message_from(b"third", true).unwrap();
+        assert_eq!(first(&c), start);
+        let d = pool.message_from(b"fourth", true).unwrap();
+        assert_eq!(
+            first(&d),
+            start + CHUNK_ALIGN,
+            "a held message keeps its bytes"
+        );
+        assert_eq!(
+            (c.to_vec(), d.to_vec()),
+            (b"third".to_vec(), b"fourth".to_vec())
+        );
+        // Held messages fill the page and the next ones go to another; all
+        // keep their bytes.
+        let held: Vec<Message> = (0..2 * BPAGE_SIZE / 1000)
+            .map(|i| pool.message_from(&pattern(i as u32, 1000), true).unwrap())
+            .collect();
+        for (i, m) in held.iter().enumerate() {
+            assert_eq!(m.to_vec(), pattern(i as u32, 1000));
+        }
+        drop((c, d, held));
+        assert_eq!(pool.free_bpages() + 1, pool.capacity() / BPAGE_SIZE);
     }
 
     #[test]

@@ -287,10 +287,23 @@ pub enum DecodeError {
 /// Reserved bytes must be zero so that a later version can give them a meaning
 /// that old decoders reject rather than silently ignore.
 fn check_reserved(bytes: &[u8]) -> Result<(), DecodeError> {
-    match bytes.iter().find(|b| **b != 0) {
-        Some(b) => Err(DecodeError::BadFlags(*b)),
-        None => Ok(()),
+    // OR the bytes together eight at a time, with no branch per byte: a
+    // padded short DATA packet has up to 69 of them, and a byte-by-byte
+    // search cost ~200 instructions per packet. The culprit is looked for
+    // only when there is one.
+    let mut words = bytes.chunks_exact(8);
+    let mut acc = 0u64;
+    for w in &mut words {
+        acc |= u64::from_ne_bytes(w.try_into().unwrap());
     }
+    for &b in words.remainder() {
+        acc |= b as u64;
+    }
+    if acc == 0 {
+        return Ok(());
+    }
+    let b = bytes.iter().find(|b| **b != 0).copied().unwrap_or_default();
+    Err(DecodeError::BadFlags(b))
 }
 
 #[inline]

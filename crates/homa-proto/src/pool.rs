@@ -653,7 +653,6 @@ impl Pool {
         Some(self.take_message(&mut a))
     }
 
-    /// Returns an allocation's space without delivering it (aborted message).
     /// [`Self::message_from`] for the common case, a short message that fits
     /// in the current packing page with a reference already prepaid: what
     /// `allocate` does then (no page to claim, no shared counter to touch),
@@ -698,6 +697,7 @@ impl Pool {
         })
     }
 
+    /// Returns an allocation's space without delivering it (aborted message).
     pub fn release(&mut self, alloc: Allocation) {
         drop(alloc);
     }

@@ -2,7 +2,7 @@
 # Builds the `homa` command with profile-guided optimisation (PGO): an
 # instrumented build runs the loopback benchmarks briefly as training, and
 # the final build lays out and inlines the code by what that run measured.
-# On the project machine this lowered the 100-byte echo's p50 by ~0.2 us
+# On the project machine this lowered the 100-byte echo's p50 by 0.1-0.2 us
 # against the plain release build (docs/performance.md, ninth session).
 #
 # Usage: scripts/pgo-build.sh        (no root needed)

@@ -201,18 +201,22 @@ fn print_timetrace(size: usize, count: u64, dump: Option<&std::path::Path>) -> a
         .count()
         .max(1);
     eprintln!("time trace, {size} B echo ({rts} of {count} round trips retained):");
-    let mut total = 0.0;
+    let medians = homa::timetrace::step_medians(&events);
+    eprintln!("  mean/round trip   median   step");
+    let (mut total, mut total_median) = (0.0, 0.0);
     for (step, mean_ns, n) in homa::timetrace::breakdown(&events) {
         if n * 2 >= rts {
             let per_rt = mean_ns * n as f64 / rts as f64;
+            let median = medians.get(&step).copied().unwrap_or(0.0);
             total += per_rt;
+            total_median += median;
             eprintln!(
-                "  {per_rt:8.0} ns  {step}  (x{:.2} per round trip)",
+                "  {per_rt:8.0} ns  {median:8.0} ns  {step}  (x{:.2} per round trip)",
                 n as f64 / rts as f64
             );
         }
     }
-    eprintln!("  {total:8.0} ns  total of the steps shown");
+    eprintln!("  {total:8.0} ns  {total_median:8.0} ns  total of the steps shown");
     let (blamed, cutoff) = homa::timetrace::tail_steps(&events, "response returned", 0.01);
     eprintln!(
         "slowest 1% of round trips (over {cutoff:.0} ns), the step that ran longest past its mean:"

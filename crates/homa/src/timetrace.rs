@@ -237,6 +237,26 @@ pub fn breakdown(events: &[TraceEvent]) -> Vec<(String, f64, usize)> {
     steps
 }
 
+/// The median of every step of [`breakdown`] (same names): unlike its
+/// means, untouched by the few steps that a preemption or a page fault
+/// stretched, so it shows what a step usually costs.
+pub fn step_medians(events: &[TraceEvent]) -> std::collections::HashMap<String, f64> {
+    let mut per: std::collections::HashMap<String, Vec<f64>> = std::collections::HashMap::new();
+    for w in events.windows(2) {
+        let name = format!(
+            "{}:{} -> {}:{}",
+            w[0].thread, w[0].event, w[1].thread, w[1].event
+        );
+        per.entry(name).or_default().push(w[1].ns - w[0].ns);
+    }
+    per.into_iter()
+        .map(|(name, mut v)| {
+            v.sort_by(f64::total_cmp);
+            (name, v[v.len() / 2])
+        })
+        .collect()
+}
+
 /// For each thread, the median time from a `from` event to that thread's
 /// next `to` event, and how many there were: e.g. from a datagram received
 /// to the next system call that sends, a thread's turnaround, which a

@@ -304,6 +304,45 @@ fn split_transmit_gives_the_same_datagrams_without_copying_payloads() {
 }
 
 #[test]
+fn split_transmit_writes_a_short_message_whole() {
+    let dest: SocketAddr = "10.0.0.9:4000".parse().unwrap();
+    // Padding on, as the UDP runtime has it: a 100-byte message's datagram
+    // (156 bytes) is padded to 198.
+    let config = Config {
+        pad_v4: homa_proto::PadWindow { from: 129, to: 198 },
+        ..Config::default()
+    };
+    for (size, whole) in [
+        (0usize, true),
+        (100, true),
+        (512, true),
+        (513, false),
+        (1000, false),
+    ] {
+        let mut a = Endpoint::new(config.clone(), 0).unwrap();
+        let mut b = Endpoint::new(config.clone(), 0).unwrap();
+        let data = pattern(size as u64, size);
+        a.send_request(0, dest, data.clone()).unwrap();
+        b.send_request(0, dest, data).unwrap();
+        let (mut buf_a, mut buf_b) = (Vec::new(), Vec::new());
+        let ta = a.poll_transmit(0, &mut buf_a).unwrap();
+        let (tb, payload) = b.poll_transmit_split(0, &mut buf_b).unwrap();
+        assert_eq!(ta, tb, "{size} bytes");
+        if whole {
+            assert!(payload.is_empty(), "{size} bytes: no payload handle");
+            assert_eq!(&buf_b[..], &buf_a[..ta.len], "{size} bytes");
+        } else {
+            assert_eq!(payload.len(), size, "{size} bytes: payload by handle");
+            assert_eq!(buf_b.len(), homa_proto::wire::DATA_PACKET_OVERHEAD);
+        }
+        if size == 100 {
+            assert_eq!(tb.len, 198, "padded");
+        }
+        assert!(b.poll_transmit_split(0, &mut buf_b).is_none());
+    }
+}
+
+#[test]
 fn discard_payload_still_delivers_every_message_with_its_length() {
     let config = Config {
         discard_payload: true,

@@ -899,6 +899,12 @@ impl TxQueue {
             self.lone = (p.as_ptr(), p.len());
             return;
         }
+        if m.head_len as usize == m.len {
+            // Written whole by the engine (a short message): no gather.
+            let p = &self.bufs[m.buf as usize][m.head_at as usize..][..m.len];
+            self.lone = (p.as_ptr(), p.len());
+            return;
+        }
         self.staging.clear();
         stage(&mut self.staging, &self.bufs, &self.payloads, &m);
         self.lone = (self.staging.as_ptr(), self.staging.len());

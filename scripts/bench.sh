@@ -2,7 +2,7 @@
 # Runs the `homa` command as its benchmarks are measured: built with
 # profile-guided optimisation (scripts/pgo-build.sh). The profile is made
 # again only when the source, the lock file, the compiler or the build
-# script changed; otherwise this is a plain `cargo build` check and a run.
+# script changed; otherwise the existing binary runs at once.
 # Where the profile-guided build cannot be made (no rustup llvm-tools and no
 # way to install them), it says so and runs the plain release build, whose
 # 100-byte round trips are ~0.15 us slower (docs/performance.md).

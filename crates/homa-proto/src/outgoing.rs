@@ -44,7 +44,7 @@ impl Burst {
 /// Payloads up to this long are copied into the packet by
 /// [`Endpoint::poll_transmit_split`] when they end their message, instead
 /// of being returned as a handle (see there).
-const SPLIT_MIN_PAYLOAD: usize = 512;
+const WHOLE_MAX_PAYLOAD: usize = 512;
 
 /// The priority of a first transmission of `out`'s packet at `offset`: the
 /// unscheduled level for the unscheduled bytes (and an empty message), the
@@ -446,7 +446,7 @@ impl Endpoint {
             // A short last packet is written whole even for a split poll:
             // copying its few bytes costs less than a handle on the payload
             // (two reference-count updates) and the driver's gather.
-            let whole = end == out.len && payload.len() <= SPLIT_MIN_PAYLOAD;
+            let whole = end == out.len && payload.len() <= WHOLE_MAX_PAYLOAD;
             if self.split_mode && !whole {
                 // The whole packet (headers, payload, padding) is what the
                 // driver sends; the padding is zeros it appends (`Burst`).
@@ -474,7 +474,7 @@ impl Endpoint {
     /// payload is empty for control packets. A first transmission from a
     /// [`crate::SendBuf`] leaves `buf` empty and returns the whole packet,
     /// its header written in place, as the payload. The last packet of a
-    /// message with at most `SPLIT_MIN_PAYLOAD` (512) bytes of payload is
+    /// message with at most `WHOLE_MAX_PAYLOAD` (512) bytes of payload is
     /// written whole into `buf` (padding included) and comes with an empty
     /// payload: every short request and response leaves as one buffer.
     pub fn poll_transmit_split(

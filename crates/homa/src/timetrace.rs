@@ -220,10 +220,7 @@ pub fn breakdown(events: &[TraceEvent]) -> Vec<(String, f64, usize)> {
     let mut steps: Vec<(String, f64, usize)> = Vec::new();
     let mut index = std::collections::HashMap::new();
     for w in events.windows(2) {
-        let name = format!(
-            "{}:{} -> {}:{}",
-            w[0].thread, w[0].event, w[1].thread, w[1].event
-        );
+        let name = step_name(w);
         let i = *index.entry(name.clone()).or_insert_with(|| {
             steps.push((name, 0.0, 0));
             steps.len() - 1
@@ -237,17 +234,21 @@ pub fn breakdown(events: &[TraceEvent]) -> Vec<(String, f64, usize)> {
     steps
 }
 
+/// The name of the step between two consecutive events.
+fn step_name(w: &[TraceEvent]) -> String {
+    format!(
+        "{}:{} -> {}:{}",
+        w[0].thread, w[0].event, w[1].thread, w[1].event
+    )
+}
+
 /// The median of every step of [`breakdown`] (same names): unlike its
 /// means, untouched by the few steps that a preemption or a page fault
 /// stretched, so it shows what a step usually costs.
 pub fn step_medians(events: &[TraceEvent]) -> std::collections::HashMap<String, f64> {
     let mut per: std::collections::HashMap<String, Vec<f64>> = std::collections::HashMap::new();
     for w in events.windows(2) {
-        let name = format!(
-            "{}:{} -> {}:{}",
-            w[0].thread, w[0].event, w[1].thread, w[1].event
-        );
-        per.entry(name).or_default().push(w[1].ns - w[0].ns);
+        per.entry(step_name(w)).or_default().push(w[1].ns - w[0].ns);
     }
     per.into_iter()
         .map(|(name, mut v)| {

@@ -1391,6 +1391,24 @@ impl Shared {
                 break;
             };
             let tos = self.cfg.tos(burst.priority);
+            // One packet, whole in its buffer, and nothing after it: out at
+            // once (a short RPC's request or reply; a grant).
+            if faults.is_none()
+                && burst.count == 1
+                && burst.payload.is_empty()
+                && burst.pad == 0
+                && !engine.may_transmit()
+                && tx.send_whole_now(
+                    &self.sock,
+                    &burst.dest,
+                    tos,
+                    burst.header_len,
+                    stats,
+                    errors,
+                )
+            {
+                break;
+            }
             match faults.as_mut() {
                 Some(f) => tx.commit_burst(burst, tos, |_| {
                     let drop = f.drop_tx();

@@ -202,6 +202,12 @@ pub struct Endpoint {
     /// abandons the request it was just handed, and `server_rpc` then finds
     /// it without two table lookups.
     pub(crate) last_request: RpcKey,
+    /// The peer of the latest datagram that came from a known peer: the next
+    /// one usually comes from it too, and checking that (a slot and an
+    /// address compared) costs less than hashing the address to find it.
+    /// Checked, never trusted: a stale key (peer evicted, slot reused) only
+    /// fails the check.
+    last_rx_peer: Option<PeerKey>,
     /// Acknowledgements piggybacked on requests, not yet applied: (client
     /// address, acknowledged id). Freeing the acknowledged RPC (slot,
     /// tables, tombstone, its response's buffer) took ~100 ns of the
@@ -334,6 +340,7 @@ impl Endpoint {
             scratch_keys: Vec::new(),
             events: VecDeque::new(),
             last_request: RpcKey::MAX,
+            last_rx_peer: None,
             deferred_acks: Vec::new(),
             next_tick: Time::MAX,
             shut_down: false,
@@ -620,7 +627,8 @@ impl Endpoint {
     #[inline]
     pub fn handle_datagram(&mut self, now: Time, from: SocketAddr, datagram: &[u8]) {
         self.run_deferred(now);
-        self.receive_one(now, from, datagram, None);
+        let hint = self.last_rx_peer;
+        self.last_rx_peer = self.receive_one(now, from, datagram, hint).or(hint);
         self.check_pool_waiters(now);
     }
 
@@ -637,10 +645,11 @@ impl Endpoint {
         }
         self.run_deferred(now);
         self.grants_deferred = true;
-        let mut hint = None;
+        let mut hint = self.last_rx_peer;
         for packet in data.chunks(segment) {
-            hint = self.receive_one(now, from, packet, hint);
+            hint = self.receive_one(now, from, packet, hint).or(hint);
         }
+        self.last_rx_peer = hint;
         self.grants_deferred = false;
         if std::mem::take(&mut self.grants_dirty) && !self.grantable.is_empty() {
             self.update_grants(now);

@@ -320,6 +320,9 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 /// Decodes one datagram. Does not check the checksum (see [`verify_checksum`]).
+// Inlined into the engine's one caller, the result is built where it is
+// used instead of being returned in memory and copied.
+#[inline]
 pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
     if buf.len() < COMMON_HEADER_LEN {
         return Err(DecodeError::Truncated(buf.len()));

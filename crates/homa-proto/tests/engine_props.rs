@@ -399,6 +399,45 @@ fn checksums_are_verified_when_present_and_required_only_on_request() {
     }
 }
 
+/// The engine remembers the peer of the latest datagram to skip an address
+/// lookup; once that peer is evicted and its slot taken by another address,
+/// a datagram from the first address must not be credited to the second.
+#[test]
+fn a_remembered_peer_slot_reused_by_another_address_is_not_trusted() {
+    let config = Config {
+        max_peers: 1,
+        checksum: false,
+        tombstone_ns: 0,
+        ..Config::default()
+    };
+    let mut ep = Endpoint::new(config, 0).unwrap();
+    let (a, b) = (addr(1), addr(2));
+    // Two requests from `a`: the second finds `a` by the remembered slot.
+    for (t, id) in [(10, 7), (20, 9)] {
+        ep.handle_datagram(t, a, &request_datagram(id));
+        match ep.poll_event() {
+            Some(Event::Request { rpc, .. }) => {
+                assert_eq!(rpc.peer, a);
+                ep.abandon(rpc);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // `a` is idle: a request to `b` evicts it and takes its slot.
+    let id_b = ep.send_request(30, b, Bytes::from_static(b"x")).unwrap();
+    assert_eq!(ep.stats().peers, 1);
+    // A request from `a` now: refused for want of a peer slot (the only one
+    // holds `b`'s live RPC), never run as if `b` had sent it.
+    ep.handle_datagram(40, a, &request_datagram(11));
+    assert!(ep.poll_event().is_none());
+    // `b`'s RPC is untouched: its response still completes it.
+    ep.handle_datagram(50, b, &one_packet_message(id_b.0, false, b"y", false));
+    match ep.poll_event() {
+        Some(Event::Response { id, .. }) => assert_eq!(id, id_b),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn tombstones_outlive_pressure_on_the_peer_table() {
     let ms = 1_000_000;

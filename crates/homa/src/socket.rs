@@ -427,15 +427,17 @@ impl RxBatch {
     ) -> RecvOutcome {
         let n = self.hdrs.len();
         // Headers are set up once and only the fields the kernel overwrote
-        // are reset, so an empty poll costs little more than the syscall.
-        for i in 0..self.dirty.min(n) {
-            self.reset(i);
-        }
-        if !self.ready {
-            for i in 0..n {
+        // are reset, and only for `recvmmsg`: `recvfrom` (every busy poll)
+        // reads none of them.
+        if self.vlen > 1 {
+            if !self.ready {
+                self.dirty = n;
+                self.ready = true;
+            }
+            for i in 0..self.dirty.min(n) {
                 self.reset(i);
             }
-            self.ready = true;
+            self.dirty = 0;
         }
         // SAFETY: every header points at buffers owned by self (heap memory
         // that does not move), sized as declared. The raw syscall skips
@@ -487,7 +489,10 @@ impl RxBatch {
         if r > 0 {
             crate::timetrace::record("recvmmsg got");
         }
-        self.dirty = if r > 0 { (r as usize + 1).min(n) } else { 1 };
+        // What the call (or the code below, for `recvfrom`) overwrote.
+        self.dirty = self
+            .dirty
+            .max(if r > 0 { (r as usize + 1).min(n) } else { 1 });
         let asked = self.vlen;
         if r > 0 {
             if asked == 1 {
@@ -542,7 +547,11 @@ impl RxBatch {
                 stats.gro_datagrams += 1;
             }
             stats.bytes_received += buf.len() as u64;
-            stats.packets_received += buf.len().div_ceil(seg).max(1) as u64;
+            stats.packets_received += if buf.len() <= seg {
+                1
+            } else {
+                buf.len().div_ceil(seg) as u64
+            };
             f(src, buf, seg);
         }
         if sock.gro {

@@ -334,12 +334,19 @@ impl Endpoint {
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
         if rpc.is_client {
             let (id, peer, pk) = (rpc.id, rpc.peer, rpc.peer_key);
+            // A request sent from a send buffer frees at once: the buffer is
+            // the application's again as soon as its RPC is over.
+            let leased = rpc.out.as_ref().is_some_and(|o| o.data.lease().is_some());
             self.events.push_back(Event::Response {
                 id: RpcId(id),
                 message,
             });
             self.metrics.responses_delivered += 1;
-            self.free_rpc(now, key);
+            if self.config.defer_acks && !leased {
+                self.defer_free(now, key);
+            } else {
+                self.free_rpc(now, key);
+            }
             // The peer outlives the RPC: only the timer or a full table
             // evicts peers, never `free_rpc`.
             {

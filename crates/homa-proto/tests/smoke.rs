@@ -522,3 +522,94 @@ fn deferred_acks_are_applied_by_the_next_engine_entry() {
     assert!(!server.has_deferred());
     assert_eq!(server.metrics().acks_processed, 2);
 }
+
+/// With `defer_acks`, a client RPC whose response was delivered is freed in
+/// `run_deferred` (or the next entry into the engine), and meanwhile nothing
+/// can tell: it is not counted, no packet or call finds it, it holds no
+/// room under a limit, and shutdown does not fail it. A request sent from a
+/// send buffer is freed at once, so that the buffer is free again.
+#[test]
+fn completed_client_rpcs_are_freed_in_run_deferred() {
+    let (ca, sa): (SocketAddr, SocketAddr) = (
+        "10.0.0.1:4000".parse().unwrap(),
+        "10.0.0.2:4000".parse().unwrap(),
+    );
+    let cfg = Config {
+        defer_acks: true,
+        max_client_rpcs: 1,
+        ..Config::default()
+    };
+    let (mut client, mut server) = client_and_server(cfg);
+    let now = 1_000;
+    // One round trip; the response's datagram is kept for a duplicate.
+    let rpc_once = |client: &mut Endpoint, server: &mut Endpoint, body: &'static [u8]| {
+        let id = client
+            .send_request(now, sa, Bytes::from_static(body))
+            .unwrap();
+        deliver(client, ca, server, now);
+        let Some(Event::Request { rpc, .. }) = server.poll_event() else {
+            panic!("no request")
+        };
+        server
+            .send_response(now, rpc, Bytes::from_static(b"r"))
+            .unwrap();
+        let mut buf = Vec::new();
+        let mut datagrams = Vec::new();
+        while let Some(t) = server.poll_transmit(now, &mut buf) {
+            datagrams.push(buf[..t.len].to_vec());
+        }
+        for d in &datagrams {
+            client.handle_datagram(now, sa, d);
+        }
+        let ev = client.poll_event();
+        assert!(
+            matches!(ev, Some(Event::Response { id: got, .. }) if got == id),
+            "{ev:?}"
+        );
+        (id, datagrams)
+    };
+    let (id, datagrams) = rpc_once(&mut client, &mut server, b"a");
+    assert!(client.has_deferred());
+    assert_eq!(client.stats().client_rpcs, 0);
+    deliver(&mut client, ca, &mut server, now);
+    assert!(client.is_idle());
+    // Cancelling a finished RPC does nothing.
+    client.cancel(id);
+    assert!(client.poll_event().is_none());
+    // The limit (one RPC) is not held by the finished one.
+    let (_, _) = rpc_once(&mut client, &mut server, b"b");
+    assert!(client.has_deferred());
+    // A duplicate of an old response: the engine frees first, then finds no
+    // RPC for it.
+    for d in &datagrams {
+        client.handle_datagram(now, sa, d);
+    }
+    assert!(!client.has_deferred());
+    assert!(client.poll_event().is_none());
+    assert_eq!(client.stats().client_rpcs, 0);
+    // Shutdown with a free pending: no failure reported for it.
+    let (_, _) = rpc_once(&mut client, &mut server, b"c");
+    assert!(client.has_deferred());
+    client.shutdown();
+    assert!(client.poll_event().is_none());
+    assert_eq!(client.stats().client_rpcs, 0);
+    // A request from a send buffer: freed at once.
+    let (mut client, mut server) = client_and_server(Config {
+        defer_acks: true,
+        ..Config::default()
+    });
+    let mut b = client.new_send_buf(10);
+    b.write(0, b"from a buf").unwrap();
+    client.send_request(now, sa, b.clone()).unwrap();
+    deliver(&mut client, ca, &mut server, now);
+    let Some(Event::Request { rpc, .. }) = server.poll_event() else {
+        panic!("no request")
+    };
+    server
+        .send_response(now, rpc, Bytes::from_static(b"r"))
+        .unwrap();
+    deliver(&mut server, sa, &mut client, now);
+    assert!(matches!(client.poll_event(), Some(Event::Response { .. })));
+    assert!(!client.has_deferred());
+    assert!(!b.in_flight());
+}

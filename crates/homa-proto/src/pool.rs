@@ -806,6 +806,14 @@ impl Message {
     /// The whole message as one slice, if it is stored contiguously (always
     /// true for messages of at most [`BPAGE_SIZE`] bytes).
     pub fn contiguous(&self) -> Option<&[u8]> {
+        // At most a tail (every message of at most a page): no merging.
+        if self.layout.full.is_empty() {
+            return Some(match self.layout.piece(0) {
+                // SAFETY: as in `Fragments::next`.
+                Some((start, end)) => unsafe { self.shared.get().slice(start, end) },
+                None => &[],
+            });
+        }
         let mut it = self.fragments();
         match (it.next(), it.next()) {
             (None, _) => Some(&[]),

@@ -655,12 +655,9 @@ pub(crate) struct TxQueue {
     /// than the same bytes as one, more than this copy of (usually
     /// cache-hot) payload costs. Allocated on first use.
     staging: Vec<u8>,
-    /// A lone `sendto`'s destination, as the kernel reads it, and the
-    /// address it was written from: consecutive sends to one peer (the
-    /// usual case) skip rewriting it.
+    /// A lone `sendto`'s destination, as the kernel reads it.
     lone_name: libc::sockaddr_storage,
     lone_namelen: libc::socklen_t,
-    lone_dest: Option<SocketAddr>,
     /// Scratch of `build`: each group's iovecs as (in place, address or
     /// staging offset, length), and each group's range of them.
     pieces: Vec<(bool, usize, usize)>,
@@ -694,7 +691,6 @@ impl TxQueue {
             staging: Vec::new(),
             lone_name: unsafe { mem::zeroed() },
             lone_namelen: 0,
-            lone_dest: None,
             lone: (std::ptr::null(), 0),
         }
     }
@@ -901,10 +897,9 @@ impl TxQueue {
     }
 
     fn set_lone_dest(&mut self, sock: &UdpSocket, dest: &SocketAddr) {
-        if self.lone_dest != Some(*dest) {
-            self.lone_namelen = write_sockaddr(dest, sock.is_v6(), &mut self.lone_name);
-            self.lone_dest = Some(*dest);
-        }
+        // Written every time: for IPv4 that costs less than comparing the
+        // address with the previous one.
+        self.lone_namelen = write_sockaddr(dest, sock.is_v6(), &mut self.lone_name);
     }
 
     /// Sends the packet of `len` bytes just written whole into
@@ -1568,8 +1563,7 @@ mod tests {
         let mut errs = Vec::new();
         let tos = a.default_tos(&b.local_addr()).expect("the socket's TOS");
         let pkts = pattern(3, 100);
-        // Alone: sent at once, to each destination in turn (the cached
-        // address must follow it).
+        // Alone: sent at once, to each destination in turn.
         for (i, dest) in [b.local_addr(), c.local_addr(), b.local_addr()]
             .into_iter()
             .enumerate()

@@ -267,23 +267,22 @@ impl Endpoint {
             0
         };
         let first_payload = burst.segment - head_in_payload;
+        // Only full packets may be followed (GSO: every segment but the last
+        // has the same size).
+        if first_payload != self.data_per_packet as usize {
+            return Some(burst);
+        }
         let start = {
             let out = self.out_msg(key);
             // The first packet ended at next_offset; it began one packet earlier.
             out.next_offset as usize - first_payload
         };
-        // Only full packets may be followed (GSO: every segment but the last
-        // has the same size).
         // A run also ends where the message's unscheduled bytes do: the
         // packets after it go at the granted priority.
-        while burst.count < max_packets
-            && first_payload == self.data_per_packet as usize
-            && self.burst_continues(now, key)
-            && {
-                let out = self.out_msg(key);
-                new_data_priority(out, out.next_offset) == burst.priority
-            }
-        {
+        while burst.count < max_packets && self.burst_continues(now, key) && {
+            let out = self.out_msg(key);
+            new_data_priority(out, out.next_offset) == burst.priority
+        } {
             let t = self.send_chosen(now, key, key, true, buf);
             debug_assert_eq!(t.dest, burst.dest);
             debug_assert_eq!(t.priority, burst.priority);

@@ -43,7 +43,12 @@ impl<E: Ord + Copy> SrptQueue<E> {
 
     pub fn remove(&mut self, e: &E) -> bool {
         if self.head.as_ref() == Some(e) {
-            self.head = self.rest.pop_first();
+            // Usually the only entry: skip the tree's own emptiness walk.
+            self.head = if self.rest.is_empty() {
+                None
+            } else {
+                self.rest.pop_first()
+            };
             true
         } else {
             self.rest.remove(e)

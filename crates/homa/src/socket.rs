@@ -423,94 +423,130 @@ impl RxBatch {
         &mut self,
         sock: &UdpSocket,
         stats: &mut SocketStats,
+        f: impl FnMut(SocketAddr, &[u8], usize),
+    ) -> RecvOutcome {
+        if self.vlen == 1 {
+            return self.recv_one(sock, stats, f);
+        }
+        self.recv_batch(sock, stats, f)
+    }
+
+    /// One datagram at a time: plain `recvfrom`, which costs the kernel
+    /// less than `recvmsg` (no message header or iovec to copy in, no
+    /// control message out): ~250 ns less per busy-polled round trip, ~60 ns
+    /// less per empty poll. With no GRO control message, a coalesced
+    /// datagram is cut by its packets' own lengths
+    /// (`wire::coalesced_segment`). Every busy poll and every short
+    /// exchange comes here; it touches no message header.
+    fn recv_one(
+        &mut self,
+        sock: &UdpSocket,
+        stats: &mut SocketStats,
+        mut f: impl FnMut(SocketAddr, &[u8], usize),
+    ) -> RecvOutcome {
+        let mut namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: the buffer and address storage are owned by self and sized
+        // as declared. The raw syscall skips libc's cancellation-point
+        // wrapper, which costs on every poll.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_recvfrom,
+                sock.fd(),
+                self.data.as_mut_ptr() as *mut libc::c_void,
+                RX_BUF_SIZE,
+                // MSG_TRUNC: the datagram's real length, to detect truncation
+                // as recvmsg's flags would.
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                &mut self.names[0] as *mut _ as *mut libc::sockaddr,
+                &mut namelen as *mut libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            self.streak = 0;
+            // errno read directly: this is every empty poll, and building an
+            // io::Error (then dropping it) cost more than the check.
+            // SAFETY: errno is thread-local and was just set by the call.
+            let errno = unsafe { *libc::__errno_location() };
+            if errno == libc::EAGAIN || errno == libc::EWOULDBLOCK || errno == libc::EINTR {
+                stats.recv_empty += 1;
+                return RecvOutcome::Empty;
+            }
+            return RecvOutcome::Error;
+        }
+        crate::timetrace::record("recvmmsg got");
+        // Two datagrams in a row: more are likely queued, batch them.
+        self.streak = self.streak.saturating_add(1);
+        if self.streak >= 2 {
+            self.vlen = self.hdrs.len();
+        }
+        stats.recv_batches += 1;
+        let len = r as usize;
+        if len > RX_BUF_SIZE {
+            stats.truncated += 1;
+            return RecvOutcome::Received(false);
+        }
+        let Some(src) = read_sockaddr(&self.names[0], namelen) else {
+            stats.bad_source += 1;
+            return RecvOutcome::Received(false);
+        };
+        let buf = &self.data[..len];
+        let seg = homa_proto::wire::coalesced_segment(buf);
+        stats.bytes_received += len as u64;
+        stats.packets_received += if len <= seg {
+            1
+        } else {
+            stats.gro_datagrams += 1;
+            len.div_ceil(seg) as u64
+        };
+        f(src, buf, seg);
+        if sock.gro {
+            let long = homa_proto::wire::is_multi_packet_data(&self.data[..len]);
+            self.note_sizes(sock, stats, 1, long);
+        }
+        RecvOutcome::Received(false)
+    }
+
+    /// Up to `vlen` datagrams with `recvmmsg`.
+    fn recv_batch(
+        &mut self,
+        sock: &UdpSocket,
+        stats: &mut SocketStats,
         mut f: impl FnMut(SocketAddr, &[u8], usize),
     ) -> RecvOutcome {
         let n = self.hdrs.len();
         // Headers are set up once and only the fields the kernel overwrote
-        // are reset, and only for `recvmmsg`: `recvfrom` (every busy poll)
-        // reads none of them.
-        if self.vlen > 1 {
-            if !self.ready {
-                self.dirty = n;
-                self.ready = true;
-            }
-            for i in 0..self.dirty.min(n) {
-                self.reset(i);
-            }
-            self.dirty = 0;
+        // are reset.
+        if !self.ready {
+            self.dirty = n;
+            self.ready = true;
+        }
+        for i in 0..self.dirty.min(n) {
+            self.reset(i);
         }
         // SAFETY: every header points at buffers owned by self (heap memory
-        // that does not move), sized as declared. The raw syscall skips
-        // libc's cancellation-point wrapper, which costs on every poll.
+        // that does not move), sized as declared.
         let r = unsafe {
-            if self.vlen == 1 {
-                // One datagram at a time: plain recvfrom, which costs the
-                // kernel less than recvmsg (no message header or iovec to
-                // copy in, no control message out): ~250 ns less per
-                // busy-polled round trip, ~60 ns less per empty poll. With
-                // no GRO control message, a coalesced datagram is cut by
-                // its packets' own lengths (`wire::coalesced_segment`).
-                let mut namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-                let n = libc::syscall(
-                    libc::SYS_recvfrom,
-                    sock.fd(),
-                    self.data.as_mut_ptr() as *mut libc::c_void,
-                    RX_BUF_SIZE,
-                    // MSG_TRUNC: the datagram's real length, to detect
-                    // truncation as recvmsg's flags would.
-                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-                    &mut self.names[0] as *mut _ as *mut libc::sockaddr,
-                    &mut namelen as *mut libc::socklen_t,
-                );
-                if n >= 0 {
-                    let h = &mut self.hdrs[0];
-                    h.msg_len = n.min(u32::MAX as i64) as libc::c_uint;
-                    h.msg_hdr.msg_namelen = namelen;
-                    h.msg_hdr.msg_flags = if n as usize > RX_BUF_SIZE {
-                        libc::MSG_TRUNC
-                    } else {
-                        0
-                    };
-                    1
-                } else {
-                    n
-                }
-            } else {
-                libc::syscall(
-                    libc::SYS_recvmmsg,
-                    sock.fd(),
-                    self.hdrs.as_mut_ptr(),
-                    self.vlen as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null_mut::<libc::timespec>(),
-                )
-            }
+            libc::syscall(
+                libc::SYS_recvmmsg,
+                sock.fd(),
+                self.hdrs.as_mut_ptr(),
+                self.vlen as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut::<libc::timespec>(),
+            )
         };
         if r > 0 {
             crate::timetrace::record("recvmmsg got");
         }
-        // What the call (or the code below, for `recvfrom`) overwrote.
-        self.dirty = self
-            .dirty
-            .max(if r > 0 { (r as usize + 1).min(n) } else { 1 });
+        // What the call overwrote.
+        self.dirty = if r > 0 { (r as usize + 1).min(n) } else { 1 };
         let asked = self.vlen;
-        if r > 0 {
-            if asked == 1 {
-                self.streak = self.streak.saturating_add(1);
-                if self.streak >= 2 {
-                    self.vlen = n;
-                }
-            } else if r <= 1 {
-                self.vlen = 1;
-                self.streak = 0;
-            }
-        } else {
+        if r <= 1 {
+            // One datagram or none: back to `recvfrom`.
             self.vlen = 1;
             self.streak = 0;
         }
         if r < 0 {
-            // errno read directly: this is every empty poll, and building an
-            // io::Error (then dropping it) cost more than the check.
             // SAFETY: errno is thread-local and was just set by the call.
             let errno = unsafe { *libc::__errno_location() };
             if errno == libc::EAGAIN || errno == libc::EWOULDBLOCK || errno == libc::EINTR {
@@ -533,29 +569,25 @@ impl RxBatch {
                 continue;
             };
             let buf = &self.data[i * RX_BUF_SIZE..i * RX_BUF_SIZE + len.min(RX_BUF_SIZE)];
-            // Without a GRO control message (recvfrom, or GRO just switched
-            // off with coalesced datagrams still queued) a coalesced
-            // datagram is cut by its packets' own lengths.
-            let seg = if asked == 1 {
-                homa_proto::wire::coalesced_segment(buf)
-            } else {
-                gro_segment_size(&h.msg_hdr)
-                    .unwrap_or_else(|| homa_proto::wire::coalesced_segment(buf))
-                    .max(1)
-            };
+            // Without a GRO control message (GRO just switched off with
+            // coalesced datagrams still queued) a coalesced datagram is cut
+            // by its packets' own lengths.
+            let seg = gro_segment_size(&h.msg_hdr)
+                .unwrap_or_else(|| homa_proto::wire::coalesced_segment(buf))
+                .max(1);
             if buf.len() > seg {
                 stats.gro_datagrams += 1;
             }
             stats.bytes_received += buf.len() as u64;
-            stats.packets_received += if buf.len() <= seg {
-                1
-            } else {
-                buf.len().div_ceil(seg) as u64
-            };
+            stats.packets_received += buf.len().div_ceil(seg).max(1) as u64;
             f(src, buf, seg);
         }
         if sock.gro {
-            self.note_sizes(sock, stats, got);
+            let long = (0..got).any(|i| {
+                let len = (self.hdrs[i].msg_len as usize).min(RX_BUF_SIZE);
+                homa_proto::wire::is_multi_packet_data(&self.data[i * RX_BUF_SIZE..][..len])
+            });
+            self.note_sizes(sock, stats, got, long);
         }
         RecvOutcome::Received(asked > 1 && got == asked)
     }
@@ -568,11 +600,9 @@ impl RxBatch {
     /// GRO on the sockets (docs/performance.md). The switch is one
     /// `setsockopt`; a peer that forges long-message packets can make it
     /// switch at most twice per `GRO_OFF_AFTER + 1` datagrams.
-    fn note_sizes(&mut self, sock: &UdpSocket, stats: &mut SocketStats, got: usize) {
-        let long = (0..got).any(|i| {
-            let len = (self.hdrs[i].msg_len as usize).min(RX_BUF_SIZE);
-            homa_proto::wire::is_multi_packet_data(&self.data[i * RX_BUF_SIZE..][..len])
-        });
+    /// `got` datagrams arrived, `long` if any was part of a multi-packet
+    /// message.
+    fn note_sizes(&mut self, sock: &UdpSocket, stats: &mut SocketStats, got: usize, long: bool) {
         if long {
             self.since_long = 0;
             if !self.gro_on && sock.set_gro(true) {

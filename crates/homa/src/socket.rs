@@ -1248,9 +1248,7 @@ mod tests {
         let mut stats = SocketStats::default();
         let mut unr = Vec::new();
         for p in pkts {
-            let b = tx.next_buf();
-            b.clear();
-            b.extend_from_slice(p);
+            write_next(tx, p);
             tx.commit(dest, tos, p.len());
         }
         assert_eq!(tx.flush(s, &mut stats, &mut unr), FlushOutcome::Done);
@@ -1294,6 +1292,21 @@ mod tests {
                 out
             })
             .collect()
+    }
+
+    /// Writes `pkt` into the queue's next buffer, as the engine would.
+    fn write_next(tx: &mut TxQueue, pkt: &[u8]) {
+        let buf = tx.next_buf();
+        buf.clear();
+        buf.extend_from_slice(pkt);
+    }
+
+    /// An address nothing listens on: a port bound, learnt and closed.
+    fn closed_port() -> SocketAddr {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
     }
 
     fn check_roundtrip(a_addr: &str, gso: bool, gro: bool) {
@@ -1369,9 +1382,7 @@ mod tests {
             let mut want = Vec::new();
             for (i, &t) in tos.iter().enumerate() {
                 let (head, payload, whole) = padded_packet(100 + i, 42 - i as u8);
-                let buf = tx.next_buf();
-                buf.clear();
-                buf.extend_from_slice(&head);
+                write_next(&mut tx, &head);
                 tx.commit_burst(
                     homa_proto::Burst {
                         dest: b.local_addr(),
@@ -1598,9 +1609,7 @@ mod tests {
             .into_iter()
             .enumerate()
         {
-            let buf = tx.next_buf();
-            buf.clear();
-            buf.extend_from_slice(&pkts[i]);
+            write_next(&mut tx, &pkts[i]);
             assert!(tx.send_whole_now(&a, &dest, tos, pkts[i].len(), &mut stats, &mut errs));
         }
         assert_eq!((stats.lone_sends, stats.packets_sent), (3, 3));
@@ -1611,18 +1620,12 @@ mod tests {
         assert_eq!(got[0], (a.local_addr(), pkts[1].clone()));
         // Behind a queued packet, or with a TOS the socket does not apply
         // itself: refused, so that order and TOS are kept.
-        let buf = tx.next_buf();
-        buf.clear();
-        buf.extend_from_slice(&pkts[0]);
+        write_next(&mut tx, &pkts[0]);
         tx.commit(b.local_addr(), tos, pkts[0].len());
-        let buf = tx.next_buf();
-        buf.clear();
-        buf.extend_from_slice(&pkts[1]);
+        write_next(&mut tx, &pkts[1]);
         assert!(!tx.send_whole_now(&a, &b.local_addr(), tos, 100, &mut stats, &mut errs));
         assert_eq!(tx.flush(&a, &mut stats, &mut errs), FlushOutcome::Done);
-        let buf = tx.next_buf();
-        buf.clear();
-        buf.extend_from_slice(&pkts[1]);
+        write_next(&mut tx, &pkts[1]);
         assert!(!tx.send_whole_now(&a, &b.local_addr(), tos ^ 0x20, 100, &mut stats, &mut errs));
         assert_eq!(stats.packets_sent, 4);
     }
@@ -1630,10 +1633,7 @@ mod tests {
     #[test]
     fn a_refused_direct_send_reports_the_peer() {
         let a = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &opts()).unwrap();
-        let dead = std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        let dead = closed_port();
         let mut tx = TxQueue::new(8, 1472);
         let mut stats = SocketStats::default();
         let mut errs = Vec::new();
@@ -1643,9 +1643,7 @@ mod tests {
         // (ECONNREFUSED), and the peer must then be reported, not lost.
         let start = Instant::now();
         while errs.is_empty() && start.elapsed() < Duration::from_secs(2) {
-            let buf = tx.next_buf();
-            buf.clear();
-            buf.extend_from_slice(&pkt);
+            write_next(&mut tx, &pkt);
             if !tx.send_whole_now(&a, &dead, tos, pkt.len(), &mut stats, &mut errs) {
                 // What the runtime does then: queue it and flush.
                 tx.commit(dead, tos, pkt.len());
@@ -1659,11 +1657,7 @@ mod tests {
     #[test]
     fn icmp_port_unreachable_is_reported() {
         let a = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &opts()).unwrap();
-        // A port that is surely closed: bind, learn it, close.
-        let dead = std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        let dead = closed_port();
         let mut tx = TxQueue::new(8, 1472);
         send(&mut tx, &a, dead, &pattern(1, 64), 0);
         let mut errs = Vec::new();

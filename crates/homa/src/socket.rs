@@ -463,15 +463,7 @@ impl RxBatch {
         };
         if r < 0 {
             self.streak = 0;
-            // errno read directly: this is every empty poll, and building an
-            // io::Error (then dropping it) cost more than the check.
-            // SAFETY: errno is thread-local and was just set by the call.
-            let errno = unsafe { *libc::__errno_location() };
-            if errno == libc::EAGAIN || errno == libc::EWOULDBLOCK || errno == libc::EINTR {
-                stats.recv_empty += 1;
-                return RecvOutcome::Empty;
-            }
-            return RecvOutcome::Error;
+            return failed_recv(stats);
         }
         crate::timetrace::record("recvmmsg got");
         // Two datagrams in a row: more are likely queued, batch them.
@@ -547,13 +539,7 @@ impl RxBatch {
             self.streak = 0;
         }
         if r < 0 {
-            // SAFETY: errno is thread-local and was just set by the call.
-            let errno = unsafe { *libc::__errno_location() };
-            if errno == libc::EAGAIN || errno == libc::EWOULDBLOCK || errno == libc::EINTR {
-                stats.recv_empty += 1;
-                return RecvOutcome::Empty;
-            }
-            return RecvOutcome::Error;
+            return failed_recv(stats);
         }
         let got = r as usize;
         stats.recv_batches += 1;
@@ -617,6 +603,20 @@ impl RxBatch {
             }
         }
     }
+}
+
+/// What a receive call that returned an error means: nothing queued (or a
+/// signal), or a socket error to read from the error queue.
+fn failed_recv(stats: &mut SocketStats) -> RecvOutcome {
+    // errno read directly: this is every empty poll, and building an
+    // io::Error (then dropping it) cost more than the check.
+    // SAFETY: errno is thread-local and was just set by the call.
+    let errno = unsafe { *libc::__errno_location() };
+    if errno == libc::EAGAIN || errno == libc::EWOULDBLOCK || errno == libc::EINTR {
+        stats.recv_empty += 1;
+        return RecvOutcome::Empty;
+    }
+    RecvOutcome::Error
 }
 
 /// The GRO segment size announced in a received message's control data.
@@ -836,15 +836,7 @@ impl TxQueue {
             // which stay untouched until the call returns.
             let r = unsafe {
                 if lone {
-                    let n = libc::syscall(
-                        libc::SYS_sendto,
-                        sock.fd(),
-                        self.lone.0,
-                        self.lone.1,
-                        0,
-                        &self.lone_name as *const libc::sockaddr_storage,
-                        self.lone_namelen,
-                    );
+                    let n = self.send_lone(sock, self.lone.0, self.lone.1);
                     if n >= 0 {
                         1
                     } else {
@@ -926,6 +918,23 @@ impl TxQueue {
         FlushOutcome::Done
     }
 
+    /// `sendto` of `len` bytes at `data` to `lone_name`: no message header,
+    /// no cmsg. Returns the system call's result.
+    ///
+    /// # Safety
+    /// `data` must be valid for `len` bytes until the call returns.
+    unsafe fn send_lone(&self, sock: &UdpSocket, data: *const u8, len: usize) -> libc::c_long {
+        libc::syscall(
+            libc::SYS_sendto,
+            sock.fd(),
+            data,
+            len,
+            0,
+            &self.lone_name as *const libc::sockaddr_storage,
+            self.lone_namelen,
+        )
+    }
+
     fn set_lone_dest(&mut self, sock: &UdpSocket, dest: &SocketAddr) {
         // Written every time: for IPv4 that costs less than comparing the
         // address with the previous one.
@@ -956,19 +965,8 @@ impl TxQueue {
         let buf = &self.bufs[self.used_bufs];
         debug_assert!(buf.len() >= len);
         crate::timetrace::record("sendmmsg start");
-        // SAFETY: a valid buffer of `len` bytes and address of
-        // `lone_namelen` bytes, both untouched until the call returns.
-        let n = unsafe {
-            libc::syscall(
-                libc::SYS_sendto,
-                sock.fd(),
-                buf.as_ptr(),
-                len,
-                0,
-                &self.lone_name as *const libc::sockaddr_storage,
-                self.lone_namelen,
-            )
-        };
+        // SAFETY: `len` bytes of the buffer, untouched until the call returns.
+        let n = unsafe { self.send_lone(sock, buf.as_ptr(), len) };
         let errno = (n < 0).then(|| io::Error::last_os_error().raw_os_error());
         crate::timetrace::record("sendmmsg done");
         if let Some(errno) = errno {

@@ -6,9 +6,10 @@
 //! busy-poll, so they do not hold up an executor thread. Sends and replies are
 //! non-blocking already and are used as-is from async code.
 
-use crate::endpoint::{Endpoint, PendingRpc, Request, Response, Shared};
+use crate::endpoint::{Endpoint, PendingRpc, Request, Response};
 use crate::error::{Error, Result};
 use crate::message::Message;
+use crate::shared::Shared;
 use crate::wait::{WaitQueue, Waiter};
 use homa_proto::Outgoing;
 use std::future::{Future, IntoFuture};

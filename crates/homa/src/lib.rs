@@ -33,9 +33,13 @@
 #[cfg(feature = "tokio")]
 mod async_api;
 mod config;
+mod driver;
 mod endpoint;
 mod error;
+mod handoff;
 mod message;
+mod serve;
+mod shared;
 mod socket;
 mod sys;
 pub mod timetrace;

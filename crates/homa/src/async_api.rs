@@ -1,23 +1,274 @@
-//! The async API (feature `tokio`): the blocking operations as futures.
+//! The async API (feature `tokio`): futures and a stream over the same
+//! endpoint, woken by tokio's reactor.
 //!
-//! A future first makes one non-blocking pass over the socket itself; if its
-//! result is not there, it registers its waker and the endpoint's background
-//! thread watches the socket and wakes it (one handoff). Futures never
-//! busy-poll, so they do not hold up an executor thread. Sends and replies are
-//! non-blocking already and are used as-is from async code.
+//! The first future that has to wait starts the endpoint's *driver task* on
+//! the current tokio runtime: it registers the socket (and a `timerfd` for
+//! the engine's timers) with tokio's reactor through `AsyncFd`, and drives
+//! the engine whenever either is ready. A waiting future registers its
+//! `Waker` where its result will be published (its RPC's slot, or the
+//! request queue), so a response is: the kernel marks the socket readable,
+//! tokio wakes the driver task, which runs the engine and wakes the
+//! future's task. No thread of ours is involved; the background thread
+//! only steps in where no tokio runtime is available (futures polled by
+//! another executor) or after the runtime has shut down.
+//!
+//! Before registering, a future makes one non-blocking pass over the socket
+//! itself and, if no other thread or task is polling this endpoint,
+//! busy-polls for up to [`EndpointConfig::async_poll`](crate::EndpointConfig)
+//! (20 µs by default): a response that comes back within the budget costs
+//! no wake-up at all (on a loopback ping-pong, a round trip takes a few µs
+//! while a wake-up through the reactor takes tens), at the price of holding
+//! the executor thread while it spins, bounded by the budget and by one
+//! spinner per endpoint. Set it to zero for pure reactor wake-ups.
+//!
+//! # Cancel safety
+//!
+//! * Dropping an [`RpcFuture`] (or the future of `call_async`) before it
+//!   completes abandons the RPC: the engine forgets it and its response,
+//!   if one arrives, is discarded.
+//! * Dropping a [`RecvRequestFuture`] / [`RecvResponseFuture`], or a
+//!   [`Requests`] stream between items, loses nothing: an item is taken
+//!   from the queue only in the poll that returns it.
+//!
+//! Sends and replies never block and are used as-is from async code.
 
+use crate::driver::release;
 use crate::endpoint::{Endpoint, PendingRpc, Request, Response};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::shared::Shared;
+use crate::sys::TimerFd;
 use crate::wait::{WaitQueue, Waiter};
 use homa_proto::Outgoing;
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+/// Passes of the driver task per poll before it yields to other tasks.
+const REACTOR_ROUNDS: usize = 16;
+
+/// The async driver task's shared state: the timer it sleeps on, and its
+/// waker for shutdown.
+pub(crate) struct Reactor {
+    timer: TimerFd,
+    /// Engine time the timer is armed for (`u64::MAX`: not armed). Raised
+    /// to `MAX` by the task when the timer fires, lowered under the engine
+    /// lock by [`Reactor::rearm`].
+    armed: AtomicU64,
+    waker: parking_lot::Mutex<Option<Waker>>,
+}
+
+impl Reactor {
+    fn new() -> std::io::Result<Reactor> {
+        Ok(Reactor {
+            timer: TimerFd::new()?,
+            armed: AtomicU64::new(u64::MAX),
+            waker: parking_lot::Mutex::new(None),
+        })
+    }
+
+    /// Arms the timer for engine time `next` if that is earlier than what
+    /// it is armed for. Called under the engine lock (one writer at a
+    /// time); a later deadline leaves the timer alone (an early firing only
+    /// costs the task one pass that finds nothing due).
+    pub(crate) fn rearm(&self, base_ns: u64, next: u64) {
+        if next < self.armed.load(Relaxed) {
+            self.armed.store(next, Relaxed);
+            self.timer.arm_at(Some(base_ns.saturating_add(next)));
+        }
+    }
+
+    /// Wakes the driver task (shutdown).
+    pub(crate) fn wake(&self) {
+        if let Some(w) = self.waker.lock().take() {
+            w.wake();
+        }
+    }
+}
+
+/// A descriptor registered with tokio; owned elsewhere (the endpoint's
+/// socket or the reactor's timer, both alive while the task runs).
+struct Fd(RawFd);
+
+impl AsRawFd for Fd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// Clears the endpoint's reactor flag when the driver task ends (shutdown,
+/// the runtime shutting down, a failed registration), and hands the socket
+/// to the background thread if anyone still waits.
+struct ReactorGuard(Arc<Shared>);
+
+impl Drop for ReactorGuard {
+    fn drop(&mut self) {
+        self.0.roles.reactor.store(false, SeqCst);
+        let now = self.0.now_ns();
+        self.0.app_leaves(now);
+    }
+}
+
+impl Shared {
+    /// Makes sure the driver task runs, on the current tokio runtime.
+    /// Returns false where there is none (the background thread then
+    /// watches for the caller, as for a sleeping thread).
+    fn ensure_reactor(self: &Arc<Self>) -> bool {
+        if self.roles.reactor.load(SeqCst) {
+            return true;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let r = match self.reactor_state.get() {
+            Some(r) => r.clone(),
+            None => match Reactor::new() {
+                Ok(r) => self.reactor_state.get_or_init(|| Arc::new(r)).clone(),
+                Err(_) => return false,
+            },
+        };
+        if self
+            .roles
+            .reactor
+            .compare_exchange(false, true, SeqCst, SeqCst)
+            .is_err()
+        {
+            return true;
+        }
+        handle.spawn(run_reactor(self.clone(), r));
+        true
+    }
+
+    /// One poll of the driver task: drive the engine while the socket or
+    /// the timer is ready, then wait for tokio to say so again.
+    fn poll_reactor(
+        &self,
+        r: &Reactor,
+        sock: &AsyncFd<Fd>,
+        timer: &AsyncFd<Fd>,
+        cx: &mut Context<'_>,
+    ) -> Poll<()> {
+        {
+            let mut w = r.waker.lock();
+            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *w = Some(cx.waker().clone());
+            }
+        }
+        for _ in 0..REACTOR_ROUNDS {
+            if self.is_shut() {
+                return Poll::Ready(());
+            }
+            let mut work = false;
+            match timer.poll_read_ready(cx) {
+                Poll::Ready(Ok(mut g)) => {
+                    r.timer.drain();
+                    g.clear_ready();
+                    r.armed.store(u64::MAX, Relaxed);
+                    work = true;
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(()),
+                Poll::Pending => {}
+            }
+            let mut ready = None;
+            match sock.poll_read_ready(cx) {
+                Poll::Ready(Ok(g)) => {
+                    ready = Some(g);
+                    work = true;
+                }
+                Poll::Ready(Err(_)) => return Poll::Ready(()),
+                Poll::Pending => {}
+            }
+            if !work {
+                return Poll::Pending;
+            }
+            let mut d = self.driver.lock();
+            let now = self.clock(&mut d);
+            self.drive(&mut d, now, true);
+            let drained = d.rx_drained;
+            if r.armed.load(Relaxed) == u64::MAX {
+                r.rearm(self.base_ns, self.next_deadline.load(Relaxed));
+            }
+            release(d);
+            // Only a receive that found the socket empty may clear the
+            // flag: datagrams that arrive after it raise it again (tokio
+            // keeps the readiness events it has not seen yet).
+            if drained {
+                if let Some(mut g) = ready {
+                    g.clear_ready();
+                }
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// A future's own attempt before it registers: one non-blocking pass,
+    /// or busy-polling for `async_poll` until `done` says the result is in.
+    fn poll_before_waiting(&self, done: impl Fn() -> bool) {
+        // One spinner per endpoint at a time: others (many calls in flight
+        // from many tasks) register at once instead of each holding an
+        // executor thread for the budget.
+        if self.async_poll_ns == 0 || self.roles.pollers.count() > 0 {
+            self.drive_once();
+            return;
+        }
+        self.roles.pollers.enter();
+        let mut now = self.now_ns();
+        let end = now.saturating_add(self.async_poll_ns);
+        let mut found = false;
+        while !self.is_shut() {
+            now = self.drive_once().unwrap_or_else(|| self.now_ns());
+            if done() {
+                found = true;
+                break;
+            }
+            if now >= end {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        self.leave_polling(now, found);
+    }
+
+    /// Registers a waiting future: counted as blocked, and watched for by
+    /// the driver task (or, without a runtime, the background thread).
+    fn enter_blocked_async(self: &Arc<Self>) {
+        self.ensure_reactor();
+        self.enter_blocked();
+    }
+}
+
+/// The driver task (see the module documentation).
+async fn run_reactor(shared: Arc<Shared>, r: Arc<Reactor>) {
+    let _guard = ReactorGuard(shared.clone());
+    // `AsyncFd` panics on a runtime built without its I/O driver: fall back
+    // to the background thread then (the guard hands over).
+    let regs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: both descriptors stay open and unchanged for the whole
+        // life of these `AsyncFd`s: the socket belongs to `shared` and the
+        // timer to `r`, both held by this task (function arguments, dropped
+        // after the task's locals); `Fd::as_raw_fd` always returns the same
+        // number.
+        unsafe {
+            (
+                AsyncFd::register_with_interest(Fd(shared.sock.fd()), Interest::READABLE),
+                AsyncFd::register_with_interest(Fd(r.timer.fd()), Interest::READABLE),
+            )
+        }
+    }));
+    let Ok((Ok(sock), Ok(timer))) = regs else {
+        return;
+    };
+    shared.locked(|_| r.rearm(shared.base_ns, shared.next_deadline.load(SeqCst)));
+    std::future::poll_fn(|cx| shared.poll_reactor(&r, &sock, &timer, cx)).await;
+}
 
 impl Endpoint {
     /// [`Endpoint::call`] as a future.
@@ -65,6 +316,36 @@ impl Endpoint {
         RecvRequestFuture(QueueWait::new(self.shared_arc()))
     }
 
+    /// The incoming requests as a [`futures_core::Stream`]; it ends when the
+    /// endpoint shuts down. Any number of streams (and blocking receivers)
+    /// may take from the same endpoint: each request goes to one of them.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> homa::Result<()> {
+    /// use std::future::poll_fn;
+    /// use std::pin::Pin;
+    /// let server = homa::Endpoint::bind("127.0.0.1:0")?;
+    /// let addr = server.local_addr();
+    /// let mut requests = server.requests();
+    /// tokio::spawn(async move {
+    ///     // (with `futures::StreamExt`: `while let Some(req) = requests.next().await`)
+    ///     while let Some(req) =
+    ///         poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(&mut requests), cx)).await
+    ///     {
+    ///         let (msg, responder) = req.into_parts();
+    ///         let _ = responder.reply(msg.into_bytes());
+    ///     }
+    /// });
+    /// let client = homa::Endpoint::bind("127.0.0.1:0")?;
+    /// let reply = client.send_request(addr, &b"hi"[..])?.await?;
+    /// assert_eq!(reply.to_vec(), b"hi");
+    /// # Ok(()) }
+    /// ```
+    pub fn requests(&self) -> Requests {
+        Requests(QueueWait::new(self.shared_arc()))
+    }
+
     /// [`Endpoint::recv_response`] as a future.
     pub fn recv_response_async(&self) -> RecvResponseFuture {
         RecvResponseFuture(QueueWait::new(self.shared_arc()))
@@ -105,7 +386,7 @@ impl Future for RpcFuture {
             }
             if !drove {
                 drove = true;
-                shared.drive_once();
+                shared.poll_before_waiting(|| slot.is_done());
                 continue;
             }
             if !slot.register(Waiter::Task(cx.waker().clone())) {
@@ -113,7 +394,7 @@ impl Future for RpcFuture {
             }
             if !this.counted {
                 this.counted = true;
-                shared.enter_blocked();
+                shared.enter_blocked_async();
             }
             return Poll::Pending;
         }
@@ -136,8 +417,8 @@ trait Queue {
     fn convert(shared: &Arc<Shared>, item: Self::Item) -> Self::Out;
 }
 
-struct Requests;
-impl Queue for Requests {
+struct IncomingRequests;
+impl Queue for IncomingRequests {
     type Item = (homa_proto::ServerRpc, homa_proto::Message);
     type Out = Request;
     fn queue(shared: &Shared) -> &WaitQueue<Self::Item> {
@@ -189,7 +470,8 @@ impl<Q: Queue> QueueWait<Q> {
             }
             if !drove {
                 drove = true;
-                self.shared.drive_once();
+                let q = Q::queue(&self.shared);
+                self.shared.poll_before_waiting(|| q.len() > 0);
                 continue;
             }
             if let Some(t) = self.token.take() {
@@ -201,7 +483,7 @@ impl<Q: Queue> QueueWait<Q> {
             }
             if !self.counted {
                 self.counted = true;
-                self.shared.enter_blocked();
+                self.shared.enter_blocked_async();
             }
             return Poll::Pending;
         }
@@ -224,7 +506,7 @@ impl<Q: Queue> Drop for QueueWait<Q> {
 }
 
 /// The next incoming request, as a future.
-pub struct RecvRequestFuture(QueueWait<Requests>);
+pub struct RecvRequestFuture(QueueWait<IncomingRequests>);
 
 impl Future for RecvRequestFuture {
     type Output = Result<Request>;
@@ -240,5 +522,25 @@ impl Future for RecvResponseFuture {
     type Output = Result<Response>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Response>> {
         self.get_mut().0.poll_next(cx)
+    }
+}
+
+/// The stream of incoming requests ([`Endpoint::requests`]).
+pub struct Requests(QueueWait<IncomingRequests>);
+
+impl futures_core::Stream for Requests {
+    type Item = Request;
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Request>> {
+        match self.get_mut().0.poll_next(cx) {
+            Poll::Ready(Ok(r)) => Poll::Ready(Some(r)),
+            Poll::Ready(Err(_)) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl std::fmt::Debug for Requests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Requests").finish_non_exhaustive()
     }
 }

@@ -36,6 +36,14 @@ pub struct EndpointConfig {
     /// How long a waiting thread busy-polls the socket before it sleeps (the
     /// Linux module's `poll_usecs`). Zero sleeps at once.
     pub poll: Duration,
+    /// How long an async wait (feature `tokio`) busy-polls the socket
+    /// before its task yields to tokio's reactor, when no other thread or
+    /// task polls the same endpoint (default 20 µs). A response that comes
+    /// back within it costs no wake-up (a wake-up through the reactor takes
+    /// tens of µs), at the price of holding the executor thread while
+    /// spinning. Zero never spins: a task that waits gives its executor
+    /// thread back at once (docs/runtime.md).
+    pub async_poll: Duration,
     /// DSCP value (0..=63) written into packets of each engine priority level
     /// (index 7 is the highest level). The default uses the class selectors
     /// CS0..CS7, which a `prio` qdisc or a switch can map to queues.
@@ -106,6 +114,7 @@ impl Default for EndpointConfig {
             },
             mtu: Some(1500),
             poll: Duration::from_micros(50),
+            async_poll: Duration::from_micros(20),
             dscp: [0, 8, 16, 24, 32, 40, 48, 56],
             gso: true,
             gro: true,

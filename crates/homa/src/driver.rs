@@ -9,6 +9,10 @@ use crate::error::{Error, Result};
 use crate::handoff::BG_MAX_SLEEP_NS;
 use crate::message::Message;
 use crate::serve::{InlineGuard, Serving};
+
+/// The engine lock held by value (`Arc<Mutex<Driver>>::try_lock_arc`), so
+/// that a serving pass can lend it to its handler.
+pub(crate) type DriverGuard = parking_lot::ArcMutexGuard<parking_lot::RawMutex, Driver>;
 use crate::shared::Shared;
 use crate::socket::{
     Faults, FlushOutcome, RecvOutcome, RxBatch, SocketStats, TxQueue, GSO_MAX_SEGMENTS,
@@ -124,6 +128,9 @@ pub(crate) struct Driver {
     /// itself; nobody needs to ring it).
     pub(crate) watcher_driving: bool,
     pub(crate) last_now: u64,
+    /// The last receive of this pass found the socket empty (the async
+    /// driver task may then clear tokio's readiness flag).
+    pub(crate) rx_drained: bool,
 }
 
 /// State shared by the endpoint's handles, its RPC handles and its
@@ -139,7 +146,7 @@ pub(crate) struct Driver {
 /// Unlocks the driver, then wakes whoever the pass found a result for
 /// (after unlocking, so that the woken thread does not collide with the
 /// lock). Most passes wake nobody: then it is only the unlock.
-pub(crate) fn release(mut d: parking_lot::MutexGuard<'_, Driver>) {
+pub(crate) fn release<G: std::ops::DerefMut<Target = Driver>>(mut d: G) {
     if d.wakes.is_empty() {
         return;
     }
@@ -154,11 +161,12 @@ impl Shared {
     /// Runs `f` under the engine lock, then lets the engine transmit (and,
     /// with `recv`, receive first), then wakes whoever got a result.
     pub(crate) fn with_driver<R>(&self, recv: bool, f: impl FnOnce(&mut Driver, u64) -> R) -> R {
-        if let Some((d, now)) = self.inline_driver() {
-            // Inside this endpoint's serve handler: the pass that runs the
-            // handler transmits and wakes afterwards.
-            return f(d, now);
-        }
+        // Inside this endpoint's serve handler: the pass that runs the
+        // handler transmits and wakes afterwards.
+        let f = match self.with_inline_driver(f) {
+            Ok(r) => return r,
+            Err(f) => f,
+        };
         let mut d = self.driver.lock();
         let now = self.clock(&mut d);
         self.last_app.store(now, Relaxed);
@@ -170,11 +178,12 @@ impl Shared {
 
     /// Runs `f` on the driver without a drive pass (counters, shutdown).
     pub(crate) fn locked<R>(&self, f: impl FnOnce(&mut Driver) -> R) -> R {
-        if let Some((d, _)) = self.inline_driver() {
-            return f(d);
-        }
+        let f = match self.with_inline_driver(|d, _| f(d)) {
+            Ok(r) => return r,
+            Err(f) => f,
+        };
         let mut d = self.driver.lock();
-        let r = f(&mut d);
+        let r = f(&mut d, 0);
         release(d);
         r
     }
@@ -194,10 +203,27 @@ impl Shared {
 
     /// [`Self::drive_once`] that hands requests to `serving`'s handler.
     pub(crate) fn drive_once_serving(&self, serving: Option<&mut Serving>) -> Option<u64> {
-        let mut d = self.driver.try_lock()?;
-        let now = self.clock(&mut d);
-        self.drive_serving(&mut d, now, true, serving);
-        release(d);
+        let Some(s) = serving else {
+            let mut d = self.driver.try_lock()?;
+            let now = self.clock(&mut d);
+            self.drive(&mut d, now, true);
+            release(d);
+            return Some(now);
+        };
+        // A serving pass: its lock guard is lent to the handler's calls
+        // (see `serve.rs`), so it is held by value.
+        let mut pass = Some(self.driver.try_lock_arc()?);
+        let d = pass.as_deref_mut().expect("held");
+        let now = self.clock(d);
+        if self.drive_begin(d, now, true) {
+            self.dispatch_serving(&mut pass, now, s);
+            let d = pass
+                .as_deref_mut()
+                .expect("the handler gives the pass back");
+            timetrace::record("events dispatched");
+            self.drive_end(d, now, true);
+        }
+        release(pass.expect("held"));
         Some(now)
     }
 
@@ -260,7 +286,7 @@ impl Shared {
         deadline: Option<u64>,
     ) -> Result<Message> {
         let r = if slot.is_done() {
-            self.pollers.found_at_once();
+            self.roles.pollers.found_at_once();
             slot.take()
         } else {
             if let Err(e) = self.check_may_wait() {
@@ -318,7 +344,7 @@ impl Shared {
         let wire = (len as u128 * 8_000_000_000 / self.link_bps.max(1) as u128) as u64;
         let until = self.now_ns() + 4 * wire + 5_000_000;
         self.attention_until.fetch_max(until, SeqCst);
-        if self.pollers.count() == 0 && !self.bg_watching.load(SeqCst) {
+        if self.roles.pollers.count() == 0 && !self.roles.bg_watching.load(SeqCst) {
             self.ring();
         }
     }
@@ -333,18 +359,17 @@ impl Shared {
 
     /// Receive, timers, events, transmit: one round of progress.
     pub(crate) fn drive(&self, d: &mut Driver, now: u64, recv: bool) {
-        self.drive_serving(d, now, recv, None)
+        if self.drive_begin(d, now, recv) {
+            self.dispatch_events(d);
+            timetrace::record("events dispatched");
+            self.drive_end(d, now, recv);
+        }
     }
 
-    /// [`Self::drive`]; requests go to `serving`'s handler, if given, before
-    /// the pass transmits (so their replies leave in this pass).
-    pub(crate) fn drive_serving(
-        &self,
-        d: &mut Driver,
-        now: u64,
-        recv: bool,
-        serving: Option<&mut Serving>,
-    ) {
+    /// The first half of a pass: receive (with `recv`) and run due timers.
+    /// Returns false for a poll that found nothing to do (the busy-poll
+    /// loop's usual pass), which then ends here.
+    pub(crate) fn drive_begin(&self, d: &mut Driver, now: u64, recv: bool) -> bool {
         let mut got = false;
         if recv {
             got = self.receive(d, now);
@@ -357,7 +382,7 @@ impl Shared {
             {
                 // An idle moment: do what the engine put off.
                 d.engine.run_deferred(now);
-                return;
+                return false;
             }
         }
         // `recv` false: an application call (send or reply); `got`: this
@@ -369,11 +394,12 @@ impl Shared {
         {
             d.engine.handle_timeout(now);
         }
-        match serving {
-            Some(s) => self.dispatch_serving(d, now, s),
-            None => self.dispatch_events(d),
-        }
-        timetrace::record("events dispatched");
+        true
+    }
+
+    /// The second half of a pass, after its events went where they belong:
+    /// transmit, deferred work, errors, publish the next deadline.
+    pub(crate) fn drive_end(&self, d: &mut Driver, now: u64, recv: bool) {
         self.transmit(d, now);
         // After an application's send or reply has gone out: what the
         // engine put off to keep it off the request-to-reply path
@@ -399,6 +425,7 @@ impl Shared {
             errors,
             ..
         } = d;
+        let mut d_drained = false;
         let mut got = false;
         for _ in 0..MAX_RX_ROUNDS {
             let out = rx.recv(&self.sock, stats, |src, data, seg| match faults.as_mut() {
@@ -421,7 +448,10 @@ impl Shared {
                     got = true;
                     break;
                 }
-                RecvOutcome::Empty => break,
+                RecvOutcome::Empty => {
+                    d_drained = true;
+                    break;
+                }
                 RecvOutcome::Error => {
                     // A pending socket error (ICMP): read the error queue,
                     // then keep receiving.
@@ -431,6 +461,7 @@ impl Shared {
                 }
             }
         }
+        d.rx_drained = d_drained;
         if got {
             timetrace::record("engine rx done");
         }
@@ -518,11 +549,21 @@ impl Shared {
     }
 
     /// [`Self::dispatch_events`] on a serving thread's own pass: each request
-    /// goes straight to the handler, on this thread, under the engine lock.
-    /// No queue, no second lock, no second pass: a reply given inside the
+    /// goes straight to the handler, on this thread. No queue, no second
+    /// lock, no second pass: the pass lends its lock guard to the handler
+    /// (through the thread-local of `serve.rs`), so a reply given inside the
     /// handler is in the engine before this pass transmits.
-    pub(crate) fn dispatch_serving(&self, d: &mut Driver, now: u64, s: &mut Serving) {
-        while let Some(ev) = d.engine.poll_event() {
+    pub(crate) fn dispatch_serving(
+        &self,
+        pass: &mut Option<DriverGuard>,
+        now: u64,
+        s: &mut Serving,
+    ) {
+        loop {
+            let d = pass.as_deref_mut().expect("held between handlers");
+            let Some(ev) = d.engine.poll_event() else {
+                break;
+            };
             match ev {
                 Event::Request { rpc, message } => {
                     if self.shut.load(Acquire) {
@@ -531,11 +572,12 @@ impl Shared {
                     }
                     let req = s.shared.request((rpc, message));
                     timetrace::record("inline request");
-                    let _guard = InlineGuard::enter(self, d, now);
+                    let lent = InlineGuard::enter(self, pass.take().map(|g| (g, now)));
                     (s.handler)(req);
+                    *pass = lent.leave();
                     s.served += 1;
                     // Under the lock: a plain add, not an atomic one.
-                    d.served_inline += 1;
+                    pass.as_deref_mut().expect("given back").served_inline += 1;
                 }
                 ev => self.dispatch(d, ev),
             }
@@ -620,10 +662,11 @@ impl Shared {
         }
     }
 
-    /// Publishes what the background thread needs to decide how to sleep,
-    /// and rings it if a timer is due well before it would wake. Ordinary
-    /// protocol timers do not ring (the background thread wakes every
-    /// `BG_MAX_SLEEP_NS` anyway), so the fast path makes no extra syscall.
+    /// Publishes the engine's next deadline and client RPC count for the
+    /// threads that sleep (the watcher, the background thread, the async
+    /// driver task's timer), and rings a sleeper only when a timer is due
+    /// well before it would wake (see the comment inside): the fast path
+    /// makes no extra system call.
     pub(crate) fn publish(&self, d: &mut Driver, now: u64) {
         let next = d
             .engine
@@ -640,31 +683,43 @@ impl Shared {
         if self.inflight.load(Relaxed) != d.rpcs.len() {
             self.inflight.store(d.rpcs.len(), Release);
         }
+        // The async driver task keeps a timer armed for the engine's next
+        // deadline while it lives (it has no other clock).
+        #[cfg(feature = "tokio")]
+        if self.roles.reactor.load(Relaxed) {
+            if let Some(r) = self.reactor_state.get() {
+                r.rearm(self.base_ns, next);
+            }
+        }
         // Whoever runs timers must hear of an earlier deadline: pollers check
         // it every round; the watcher and the background thread sleep.
-        if self.pollers.count() > 0 {
+        if self.roles.pollers.count() > 0 {
             return;
         }
         // Only the pacer is urgent. A protocol timer (the engine's tick)
-        // rings only if the sleeper would wake more than BG_MAX_SLEEP_NS
-        // after it: ringing for every tick that came within URGENT_NS cost
-        // one eventfd write in ~one of ten client sends (the caller of a
-        // send is not yet polling when its pass publishes), and woke the
-        // background thread, which under the ordinary scheduler preempted
-        // a polling thread: 100-byte echo p99 ~20 µs without `chrt`.
+        // rings the watcher only if it would wake more than BG_MAX_SLEEP_NS
+        // after it, and the background thread only while it watches an idle
+        // application's socket; while the application is active, its
+        // threads run timers and hand over when they leave
+        // (`Shared::app_leaves`). Ringing for every tick that came within
+        // URGENT_NS cost one eventfd write in ~one of ten client sends (the
+        // caller of a send is not yet polling when its pass publishes), and
+        // woke the background thread, which under the ordinary scheduler
+        // preempted a polling thread: 100-byte echo p99 ~20 µs without `chrt`.
         let urgent = d
             .engine
             .pacer_deadline()
             .is_some_and(|p| p < now.saturating_add(URGENT_NS));
         let worth =
             |sleep: u64| next < sleep && (urgent || sleep > next.saturating_add(BG_MAX_SLEEP_NS));
-        if self.watcher.load(SeqCst) {
+        if self.roles.watcher.load(SeqCst) {
             if !d.watcher_driving && worth(self.watcher_sleep_until.load(SeqCst)) {
                 self.watcher_bell.ring();
             }
             return;
         }
-        if worth(self.bg_sleep_until.load(SeqCst)) {
+        let sleep = self.roles.bg_sleep_until.load(SeqCst);
+        if next < sleep && (urgent || (self.roles.bg_watching.load(SeqCst) && worth(sleep))) {
             self.ring();
         }
     }
@@ -688,6 +743,10 @@ impl Shared {
         drop(self.requests.drain());
         self.requests.wake_all();
         self.responses.wake_all();
+        #[cfg(feature = "tokio")]
+        if let Some(r) = self.reactor_state.get() {
+            r.wake();
+        }
         self.watcher_bell.ring();
         self.ring();
     }

@@ -11,7 +11,7 @@
 use crate::config::EndpointConfig;
 use crate::driver::{ClientRpcs, Driver, RpcResult, Target};
 use crate::error::{Error, Result};
-use crate::handoff::Pollers;
+use crate::handoff::Roles;
 use crate::message::Message;
 use crate::serve::{InlineGuard, Serving};
 use crate::shared::{Counters, Shared};
@@ -149,6 +149,7 @@ impl Endpoint {
             served_inline: 0,
             watcher_driving: false,
             last_now: 0,
+            rx_drained: false,
         };
         // What `config()` reports: the engine values in effect for this
         // socket's family (an IPv6 socket's packets are 20 bytes shorter).
@@ -161,17 +162,16 @@ impl Endpoint {
             segment: engine_cfg.max_data_per_packet(),
             link_bps: engine_cfg.link_bps,
             poll_ns: cfg.poll.as_nanos().min(u64::MAX as u128) as u64,
+            async_poll_ns: cfg.async_poll.as_nanos().min(u64::MAX as u128) as u64,
             cfg,
             base_ns,
-            driver: Mutex::new(driver),
+            driver: Arc::new(Mutex::new(driver)),
             doorbell: EventFd::new()?,
-            pollers: Pollers::default(),
-            blocked: AtomicUsize::new(0),
-            bg_watching: AtomicBool::new(false),
-            watcher: AtomicBool::new(false),
+            roles: Roles::default(),
+            #[cfg(feature = "tokio")]
+            reactor_state: std::sync::OnceLock::new(),
             watcher_bell: Arc::new(EventFd::new()?),
             watcher_sleep_until: AtomicU64::new(0),
-            bg_sleep_until: AtomicU64::new(0),
             next_deadline: AtomicU64::new(u64::MAX),
             coalesce_ns: (engine_cfg.effective_max_nic_queue_ns() / 2).min(50_000),
             inflight: AtomicUsize::new(0),
@@ -369,7 +369,7 @@ impl Endpoint {
             match shared.wait_queue_serving(&shared.requests, None, Some(&mut serving)) {
                 Ok(Some(r)) => {
                     let req = shared.request(r);
-                    let _guard = InlineGuard::enter(shared, std::ptr::null_mut(), 0);
+                    let _guard = InlineGuard::enter(shared, None);
                     (serving.handler)(req);
                 }
                 Ok(None) | Err(Error::Shutdown) => return Ok(()),
@@ -424,7 +424,7 @@ impl Endpoint {
     pub fn runtime_stats(&self) -> RuntimeStats {
         let c = &self.shared().counters;
         RuntimeStats {
-            found_polling: self.shared().pollers.found()
+            found_polling: self.shared().roles.pollers.found()
                 + self.shared().locked(|d| d.served_inline),
             slept: c.slept.load(Relaxed),
             doorbell_rings: c.rings.load(Relaxed),

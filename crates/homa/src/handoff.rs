@@ -10,30 +10,50 @@ use crate::shared::Shared;
 use crate::sys::{ppoll, set_timer_slack_ns};
 use crate::timetrace;
 use crate::wait::{Slot, WaitQueue, Waiter};
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::Ordering::*;
+// The roles' atomics come from loom when the handshake is model-checked
+// (`RUSTFLAGS="--cfg homa_loom" cargo test -p homa --lib loom`).
+#[cfg(homa_loom)]
+use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+#[cfg(not(homa_loom))]
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// While application threads are polling, the background thread still wakes
-/// this often if a timer is pending (they run timers too, this is a backstop).
-/// Kept long: every wake-up of an extra thread preempts a polling one on a
-/// busy machine and shows up in the latency tail.
-const BG_BACKSTOP_NS: u64 = 10_000_000;
-/// The background thread never sleeps longer than this, so a protocol timer
-/// (resend, timeout; hundreds of µs apart) set while it sleeps runs at most
-/// this late without anyone ringing it.
+/// While someone else drives the engine (polling threads, the watcher, the
+/// async driver task), they run its timers; the background thread then
+/// wakes only this often, as a backstop for housekeeping timers (tombstone
+/// and peer expiry) that nobody else may get to if the application stops
+/// calling. Long on purpose: every wake-up of an extra thread preempts a
+/// polling one on a busy machine and shows up in the latency tail. (Until
+/// the twelfth session it woke every 2 ms whenever the application was
+/// active, so that timers needed no doorbell: ~1,000 wake-ups a second for
+/// a client and server pair, each one a preempted round trip.)
+pub(crate) const BG_BACKSTOP_NS: u64 = 10_000_000;
+/// A protocol timer set while the watcher (an application thread asleep on
+/// the socket until the engine's next timer) sleeps rings it only if it is
+/// due more than this before the watcher would wake: timers may run this
+/// late, and most sends then cost no eventfd write.
 pub(crate) const BG_MAX_SLEEP_NS: u64 = 2_000_000;
 /// When no application thread has been inside the endpoint for this long,
 /// the background thread watches the socket itself, so that the engine keeps
 /// answering peers (grants, BUSY, acks) while the application is busy
 /// elsewhere, as the kernel does for the Linux module.
 const APP_IDLE_NS: u64 = 1_000_000;
+/// Poll rounds that find the engine lock taken before a poller yields its
+/// CPU (~10 µs of failed rounds: passes hold the lock for a few µs).
+const LOCK_SPINS_BEFORE_YIELD: u32 = 64;
 
 /// Threads polling the socket (low 32 bits) and, above them, how many
 /// polling waits ended with their result: one atomic operation per wait
 /// both leaves the poll and counts it.
-#[derive(Default)]
 pub(crate) struct Pollers(AtomicU64);
+
+impl Default for Pollers {
+    fn default() -> Self {
+        Pollers(AtomicU64::new(0))
+    }
+}
 
 const POLLER: u64 = 1;
 const FOUND: u64 = 1 << 32;
@@ -63,6 +83,184 @@ impl Pollers {
     }
 }
 
+/// What the background thread sees when it decides how to sleep: a snapshot
+/// of the roles (who else drives the engine) and of the work waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BgView {
+    pub(crate) now: u64,
+    /// Polling threads or the async driver task hold the socket and run
+    /// due timers themselves.
+    pub(crate) pollers: bool,
+    /// A thread sleeps on the socket (the watcher): it runs timers and
+    /// packets itself.
+    pub(crate) watcher: bool,
+    /// Work that needs the socket watched at once when nobody else does:
+    /// a sleeper waiting on a result, packets waiting for room in the
+    /// socket, a long message going out (its grants must be heard).
+    pub(crate) urgent: bool,
+    /// Whether that work is only a long message going out (nobody sleeps
+    /// on a result, no RPC in flight): then watching ends with it.
+    pub(crate) attention_only: bool,
+    pub(crate) attention_until: u64,
+    /// When the application will have been away for `APP_IDLE_NS` (client
+    /// RPCs in flight, and the engine's timers, wait until then).
+    pub(crate) app_idle_at: u64,
+    /// The engine's next timer (plus its coalescing slack); `u64::MAX`: none.
+    pub(crate) next_deadline: u64,
+}
+
+/// The background thread's decision: watch the socket or not, and when to
+/// wake on its own (`u64::MAX`: only when rung or, if watching, on a packet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BgPlan {
+    pub(crate) watch: bool,
+    pub(crate) wake_at: u64,
+}
+
+/// The background thread's rule, as a pure function of what it sees.
+///
+/// * Threads poll (or the async driver task runs): do not watch; wake only
+///   for the backstop, `BG_BACKSTOP_NS` (100 wake-ups a second at most
+///   while the application is busy).
+/// * Only a watcher: sleep until rung.
+/// * Nobody drives and urgent work waits, or the application has been
+///   away for `APP_IDLE_NS`: watch the socket and sleep until the next
+///   timer (and, for a long message going out, no longer than its
+///   attention window).
+/// * Nobody drives right now, but the application was inside the endpoint
+///   less than `APP_IDLE_NS` ago (between two calls, usually): sleep until
+///   it counts as away, then decide again. Its threads run the timers when
+///   they come back; the background thread does not compete with them for
+///   the engine lock (a lock holder preempted by a busy-polling thread on a
+///   2-core machine stalled round trips for milliseconds).
+///
+/// So an application thread that leaves the endpoint rings nobody unless
+/// someone sleeps on a result or packets need room (see
+/// [`Shared::app_leaves`]): the background thread notices within
+/// `BG_BACKSTOP_NS` that nobody is left and takes over `APP_IDLE_NS` after
+/// the last call.
+pub(crate) fn plan_background(v: &BgView) -> BgPlan {
+    if v.pollers {
+        // Busy threads: they run the timers; a periodic look (not a ring on
+        // every call) notices when they have all gone.
+        return BgPlan {
+            watch: false,
+            wake_at: v.now.saturating_add(BG_BACKSTOP_NS),
+        };
+    }
+    if v.watcher {
+        // A thread asleep on the socket runs timers and packets itself and
+        // rings when it gives the role up (`Shared::release_watcher`): an
+        // idle server whose threads sleep in `recv_request` costs nothing.
+        return BgPlan {
+            watch: false,
+            wake_at: u64::MAX,
+        };
+    }
+    if v.urgent || v.now >= v.app_idle_at {
+        let mut wake_at = v.next_deadline;
+        if v.attention_only && v.attention_until > v.now {
+            wake_at = wake_at.min(v.attention_until);
+        }
+        return BgPlan {
+            watch: true,
+            wake_at,
+        };
+    }
+    BgPlan {
+        watch: false,
+        wake_at: v.app_idle_at,
+    }
+}
+
+/// Whether the background thread, awake, runs the engine: when it watches
+/// for an absent application (a packet came, or a timer is due), or when
+/// a timer is overdue by the backstop (nobody else ran it).
+pub(crate) fn background_drives(
+    plan: &BgPlan,
+    now: u64,
+    next_deadline: u64,
+    sock_ready: bool,
+) -> bool {
+    (plan.watch && (sock_ready || next_deadline <= now))
+        || next_deadline.saturating_add(BG_BACKSTOP_NS) <= now
+}
+
+/// Who holds the socket and who sleeps: the state that the hand-over
+/// between application threads, the async driver task and the background
+/// thread reads and writes, every access sequentially consistent. Its
+/// transitions are [`Roles::leaver_must_ring`] (a thread leaving) and
+/// [`Roles::publish_plan`] (the background thread going to sleep); the
+/// `loom` tests below check that together they never lose a wake-up.
+pub(crate) struct Roles {
+    /// Threads in the polling phase of a wait (they drive the engine).
+    pub(crate) pollers: Pollers,
+    /// Threads and tasks sleeping until a result arrives.
+    pub(crate) blocked: AtomicUsize,
+    /// The background thread currently has the socket in its poll set.
+    pub(crate) bg_watching: AtomicBool,
+    /// A blocked application thread sleeps on the socket itself (the
+    /// "watcher"); it drives the engine when packets arrive.
+    pub(crate) watcher: AtomicBool,
+    /// The async driver task (feature `tokio`) has the socket registered
+    /// with tokio's reactor and drives the engine when it is readable.
+    pub(crate) reactor: AtomicBool,
+    /// When the background thread will wake on its own (`u64::MAX`: never,
+    /// 0: it is awake).
+    pub(crate) bg_sleep_until: AtomicU64,
+}
+
+impl Default for Roles {
+    fn default() -> Self {
+        Roles {
+            pollers: Pollers::default(),
+            blocked: AtomicUsize::new(0),
+            bg_watching: AtomicBool::new(false),
+            watcher: AtomicBool::new(false),
+            reactor: AtomicBool::new(false),
+            bg_sleep_until: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Roles {
+    /// Whether someone other than the background thread holds the socket:
+    /// polling threads, the watcher, or the async driver task.
+    pub(crate) fn others_drive(&self) -> bool {
+        self.pollers.count() > 0 || self.watcher.load(SeqCst) || self.reactor.load(SeqCst)
+    }
+
+    /// A thread that has just stopped driving (left the polling phase,
+    /// given up the watcher role, or the driver task ended) asks whether it
+    /// must ring the background thread: only if nobody else holds the
+    /// socket and either `urgent` work waits (a sleeper, packets needing
+    /// room, a long message) or the background thread sleeps without a
+    /// wake-up time. It reads the background thread's sleep after its own
+    /// change to the roles; [`Roles::publish_plan`] does the reverse.
+    pub(crate) fn leaver_must_ring(&self, urgent: impl FnOnce() -> bool) -> bool {
+        if self.others_drive() || self.bg_watching.load(SeqCst) {
+            return false;
+        }
+        urgent() || self.bg_sleep_until.load(SeqCst) == u64::MAX
+    }
+
+    /// The background thread publishes `plan` (whether it watches, when it
+    /// wakes), then re-reads the roles through `replan` until the plan
+    /// stands: a thread that left meanwhile either sees the published sleep
+    /// (and rings) or is seen here.
+    pub(crate) fn publish_plan(&self, mut plan: BgPlan, replan: impl Fn() -> BgPlan) -> BgPlan {
+        loop {
+            self.bg_watching.store(plan.watch, SeqCst);
+            self.bg_sleep_until.store(plan.wake_at.max(1), SeqCst);
+            let again = replan();
+            if again.watch == plan.watch && again.wake_at >= plan.wake_at {
+                return plan;
+            }
+            plan = again;
+        }
+    }
+}
+
 /// Leaves the polling phase of a wait when dropped (only on unwinding; the
 /// wait leaves it explicitly otherwise).
 pub(crate) struct PollerGuard<'a>(&'a Shared);
@@ -84,7 +282,9 @@ impl Shared {
     /// wait for room, or a long message is going out. (Client RPCs merely in
     /// flight can wait for the idle take-over, `APP_IDLE_NS`.)
     pub(crate) fn needs_watch_now(&self) -> bool {
-        self.blocked.load(SeqCst) > 0 || self.tx_pending.load(SeqCst) || self.attention_pending()
+        self.roles.blocked.load(SeqCst) > 0
+            || self.tx_pending.load(SeqCst)
+            || self.attention_pending()
     }
 
     /// Whether a long message still needs its grants heard (see
@@ -94,25 +294,32 @@ impl Shared {
         until != 0 && until > self.now_ns()
     }
 
-    /// Whether the socket needs someone's attention when no thread polls.
-    pub(crate) fn needs_watch(&self) -> bool {
-        self.blocked.load(SeqCst) > 0
-            || self.inflight.load(SeqCst) > 0
-            || self.tx_pending.load(SeqCst)
-            || self.attention_pending()
-    }
-
-    /// Called when a thread stops polling: if it was the last and work
-    /// remains, make sure the background thread is watching.
+    /// Called when a thread stops polling: counts the wait and, if it was
+    /// the last poller, hands over ([`Self::app_leaves`]).
     /// `found`: the wait ended with its result (counted in
     /// `RuntimeStats::found_polling`).
     pub(crate) fn leave_polling(&self, now: u64, found: bool) {
         self.last_app.store(now, Relaxed);
-        if self.pollers.leave(found) == 1
-            && self.needs_watch_now()
-            && !self.watcher.load(SeqCst)
-            && !self.bg_watching.load(SeqCst)
-        {
+        if self.roles.pollers.leave(found) == 1 {
+            self.app_leaves(now);
+        }
+    }
+
+    /// The hand-over when an application thread leaves the endpoint with
+    /// nobody else driving it (the last poller stops, the watcher wakes, the
+    /// async driver task ends). The background thread is rung only if it
+    /// must watch the socket at once (someone sleeps on a result, packets
+    /// wait for room, a long message goes out) or if it sleeps without a
+    /// wake-up time (it planned while only a watcher was there). Otherwise
+    /// its backstop wake-up notices the application has gone: the common
+    /// case, a `call` that ends with its response, rings nobody.
+    ///
+    /// The background thread publishes its sleep before re-reading the
+    /// roles (see [`Self::background`]), and this reads the sleep after
+    /// changing the roles, both sequentially consistent: either it sees this
+    /// thread gone, or this thread sees its sleep and rings.
+    pub(crate) fn app_leaves(&self, _now: u64) {
+        if self.roles.leaver_must_ring(|| self.needs_watch_now()) {
             self.ring();
         }
     }
@@ -121,8 +328,11 @@ impl Shared {
     /// is about to sleep: someone must be watching the socket for it.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn enter_blocked(&self) {
-        self.blocked.fetch_add(1, SeqCst);
-        if !self.watcher.load(SeqCst) && !self.bg_watching.load(SeqCst) {
+        self.roles.blocked.fetch_add(1, SeqCst);
+        if !self.roles.watcher.load(SeqCst)
+            && !self.roles.reactor.load(SeqCst)
+            && !self.roles.bg_watching.load(SeqCst)
+        {
             self.ring();
         }
     }
@@ -130,10 +340,8 @@ impl Shared {
     /// Gives up the watcher role; if others still wait, the background
     /// thread takes over the socket.
     pub(crate) fn release_watcher(&self) {
-        self.watcher.store(false, SeqCst);
-        if self.pollers.count() == 0 && self.needs_watch_now() && !self.bg_watching.load(SeqCst) {
-            self.ring();
-        }
+        self.roles.watcher.store(false, SeqCst);
+        self.app_leaves(self.now_ns());
     }
 
     /// The watcher's sleep: on the socket and its own doorbell, then drive
@@ -181,7 +389,7 @@ impl Shared {
 
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn leave_blocked(&self) {
-        self.blocked.fetch_sub(1, SeqCst);
+        self.roles.blocked.fetch_sub(1, SeqCst);
     }
 
     /// The waiting strategy shared by every blocking call: check, busy-poll
@@ -196,10 +404,10 @@ impl Shared {
         mut deregister: impl FnMut(Option<u64>),
     ) -> Option<T> {
         if let Some(v) = check() {
-            self.pollers.found_at_once();
+            self.roles.pollers.found_at_once();
             return Some(v);
         }
-        self.pollers.enter();
+        self.roles.pollers.enter();
         // A serve handler that panics unwinds out of this loop: stop counting
         // as a poller then too, or the background thread would never take
         // the socket over when the endpoint goes idle.
@@ -209,10 +417,25 @@ impl Shared {
         let mut poll_end = None;
         let mut now;
         let mut served = serving.as_ref().map_or(0, |s| s.served);
+        let mut busy_lock = 0u32;
         let found = loop {
-            now = self
-                .drive_once_serving(serving.as_deref_mut())
-                .unwrap_or_else(|| self.now_ns());
+            now = match self.drive_once_serving(serving.as_deref_mut()) {
+                Some(t) => {
+                    busy_lock = 0;
+                    t
+                }
+                None => {
+                    // Someone else holds the engine. If that goes on, it
+                    // may be a holder that this thread preempted (on a
+                    // small machine, the background thread or another
+                    // application thread): give it the CPU back.
+                    busy_lock += 1;
+                    if busy_lock % LOCK_SPINS_BEFORE_YIELD == 0 {
+                        std::thread::yield_now();
+                    }
+                    self.now_ns()
+                }
+            };
             if let Some(v) = check() {
                 break Some(v);
             }
@@ -249,8 +472,9 @@ impl Shared {
         // park and are woken by whoever drives the engine. The role is taken
         // before we stop counting as a poller, so that nobody wakes the
         // background thread in between.
-        self.blocked.fetch_add(1, SeqCst);
-        let mut watching = !self.watcher.load(SeqCst) && !self.watcher.swap(true, SeqCst);
+        self.roles.blocked.fetch_add(1, SeqCst);
+        let mut watching =
+            !self.roles.watcher.load(SeqCst) && !self.roles.watcher.swap(true, SeqCst);
         std::mem::forget(unwinding);
         self.leave_polling(now, false);
         let r = loop {
@@ -265,8 +489,12 @@ impl Shared {
                 break None;
             }
             if !watching {
-                watching = !self.watcher.load(SeqCst) && !self.watcher.swap(true, SeqCst);
-                if !watching && !self.watcher.load(SeqCst) && !self.bg_watching.load(SeqCst) {
+                watching =
+                    !self.roles.watcher.load(SeqCst) && !self.roles.watcher.swap(true, SeqCst);
+                if !watching
+                    && !self.roles.watcher.load(SeqCst)
+                    && !self.roles.bg_watching.load(SeqCst)
+                {
                     // The watcher just left: make sure the socket is watched.
                     self.ring();
                 }
@@ -287,8 +515,9 @@ impl Shared {
             }
             let left = deadline.map(|d| Duration::from_nanos(d.saturating_sub(now)));
             if watching {
-                let cap = Duration::from_nanos(BG_MAX_SLEEP_NS);
-                self.watch_socket(Some(left.map_or(cap, |l| l.min(cap))));
+                // Until the result, the deadline or the engine's next timer
+                // (an earlier timer set meanwhile rings it, see `publish`).
+                self.watch_socket(left);
             } else {
                 match left {
                     Some(l) => std::thread::park_timeout(l),
@@ -297,7 +526,7 @@ impl Shared {
             }
             deregister(token);
         };
-        self.blocked.fetch_sub(1, SeqCst);
+        self.roles.blocked.fetch_sub(1, SeqCst);
         if watching {
             self.release_watcher();
         }
@@ -369,60 +598,42 @@ impl Shared {
         }
     }
 
+    /// What [`plan_background`] decides on, read now.
+    fn bg_view(&self) -> BgView {
+        let now = self.now_ns();
+        let blocked = self.roles.blocked.load(SeqCst) > 0;
+        let inflight = self.inflight.load(SeqCst) > 0;
+        let tx = self.tx_pending.load(SeqCst);
+        let attention_until = self.attention_until.load(SeqCst);
+        let attention = attention_until > now;
+        BgView {
+            now,
+            pollers: self.roles.pollers.count() > 0 || self.roles.reactor.load(SeqCst),
+            watcher: self.roles.watcher.load(SeqCst),
+            urgent: blocked || tx || attention,
+            attention_only: attention && !blocked && !inflight,
+            attention_until,
+            app_idle_at: self.last_app.load(Relaxed).saturating_add(APP_IDLE_NS),
+            next_deadline: self.next_deadline.load(SeqCst),
+        }
+    }
+
     /// The background thread: sleeps until the next timer, a doorbell ring or
     /// (when nobody polls and someone waits) socket activity, then drives.
     pub(crate) fn background(self: Arc<Self>) {
         set_timer_slack_ns(1_000);
         while !self.shut.load(Acquire) {
-            // Decide whether to watch the socket; publish, then re-check so a
-            // thread that stopped polling meanwhile is not missed.
-            let app_idle_at = self.last_app.load(Relaxed).saturating_add(APP_IDLE_NS);
-            let wanted = || {
-                self.pollers.count() == 0
-                    && !self.watcher.load(SeqCst)
-                    && (self.needs_watch() || self.now_ns() >= app_idle_at)
-            };
-            let watch = loop {
-                let w = wanted();
-                self.bg_watching.store(w, SeqCst);
-                if w || !wanted() {
-                    break w;
-                }
-            };
+            // Decide; publish the decision; re-read the roles and decide
+            // again until nothing changed, so that a thread that left the
+            // endpoint meanwhile is not missed (it reads our sleep after
+            // leaving, we read the roles after publishing it).
+            let plan = self
+                .roles
+                .publish_plan(plan_background(&self.bg_view()), || {
+                    plan_background(&self.bg_view())
+                });
+            let BgPlan { watch, wake_at } = plan;
             let now = self.now_ns();
-            let mut wake_at = self.next_deadline.load(SeqCst);
-            // Pollers and the watcher run due timers themselves.
-            let others = self.pollers.count() > 0 || self.watcher.load(SeqCst);
-            if others && wake_at != u64::MAX {
-                wake_at = wake_at.max(now + BG_BACKSTOP_NS);
-            }
-            if !watch {
-                // The application is active: wake regularly so its timers
-                // need no doorbell, and take over the socket once it goes
-                // idle. (While watching, an idle endpoint sleeps until its
-                // next timer or a packet.)
-                wake_at = wake_at.min(now + BG_MAX_SLEEP_NS);
-                // (Only a future moment: if the application is already idle
-                // and we still do not watch, a watcher or poller has the
-                // socket, and waking early would only spin.)
-                if self.pollers.count() == 0 && app_idle_at > now {
-                    wake_at = wake_at.min(app_idle_at);
-                }
-            }
-            self.bg_sleep_until.store(wake_at, SeqCst);
-            // A deadline published after we read it must not be slept through.
-            let again = self.next_deadline.load(SeqCst);
-            if again < wake_at && !others {
-                wake_at = again;
-            }
-            let attention = self.attention_until.load(SeqCst);
-            if watch
-                && attention > now
-                && self.blocked.load(SeqCst) == 0
-                && self.inflight.load(SeqCst) == 0
-            {
-                wake_at = wake_at.min(attention);
-            }
             let timeout =
                 (wake_at != u64::MAX).then(|| Duration::from_nanos(wake_at.saturating_sub(now)));
             let mut fds = [
@@ -444,23 +655,22 @@ impl Shared {
             ];
             let nfds = if watch { 2 } else { 1 };
             let _ = ppoll(&mut fds[..nfds], timeout);
-            self.bg_sleep_until.store(0, SeqCst);
+            self.roles.bg_sleep_until.store(0, SeqCst);
             if fds[0].revents != 0 {
                 self.doorbell.drain();
             }
             if self.shut.load(Acquire) {
                 break;
             }
-            let now = self.now_ns();
             let sock_ready = nfds == 2 && fds[1].revents != 0;
-            let others_drive = self.pollers.count() > 0 || self.watcher.load(SeqCst);
-            let deadline = self.next_deadline.load(SeqCst);
-            let due = if others_drive {
-                deadline.saturating_add(BG_BACKSTOP_NS) <= now
-            } else {
-                deadline <= now
-            };
-            if due || (sock_ready && !others_drive) {
+            let view = self.bg_view();
+            let drive = background_drives(
+                &plan_background(&view),
+                view.now,
+                view.next_deadline,
+                sock_ready,
+            );
+            if drive {
                 self.counters.bg_drives.fetch_add(1, Relaxed);
                 let mut d = self.driver.lock();
                 let now = self.clock(&mut d);
@@ -468,5 +678,203 @@ impl Shared {
                 release(d);
             }
         }
+    }
+}
+
+#[cfg(all(test, not(homa_loom)))]
+mod tests {
+    use super::*;
+
+    fn view() -> BgView {
+        BgView {
+            now: 1_000_000_000,
+            pollers: false,
+            watcher: false,
+            urgent: false,
+            attention_only: false,
+            attention_until: 0,
+            app_idle_at: 1_000_500_000,
+            next_deadline: u64::MAX,
+        }
+    }
+
+    #[test]
+    fn pollers_mean_a_backstop_only() {
+        let v = BgView {
+            pollers: true,
+            urgent: true,
+            next_deadline: 1_000_000_100,
+            ..view()
+        };
+        let p = plan_background(&v);
+        assert!(!p.watch);
+        assert_eq!(p.wake_at, v.now + BG_BACKSTOP_NS);
+    }
+
+    #[test]
+    fn a_lone_watcher_lets_the_background_thread_sleep() {
+        let v = BgView {
+            watcher: true,
+            next_deadline: 1_000_000_100,
+            ..view()
+        };
+        assert_eq!(
+            plan_background(&v),
+            BgPlan {
+                watch: false,
+                wake_at: u64::MAX
+            }
+        );
+    }
+
+    #[test]
+    fn between_calls_it_waits_for_the_application_to_go_idle() {
+        // Not the engine's timer: the application's threads run it when
+        // they come back.
+        let v = BgView {
+            next_deadline: 1_000_000_100,
+            ..view()
+        };
+        assert_eq!(
+            plan_background(&v),
+            BgPlan {
+                watch: false,
+                wake_at: v.app_idle_at
+            }
+        );
+    }
+
+    #[test]
+    fn urgent_work_or_an_idle_application_is_watched() {
+        let v = BgView {
+            urgent: true,
+            next_deadline: 1_000_000_100,
+            ..view()
+        };
+        assert_eq!(
+            plan_background(&v),
+            BgPlan {
+                watch: true,
+                wake_at: 1_000_000_100
+            }
+        );
+        let idle = BgView {
+            now: 2_000_000_000,
+            ..view()
+        };
+        assert_eq!(
+            plan_background(&idle),
+            BgPlan {
+                watch: true,
+                wake_at: u64::MAX
+            }
+        );
+        let long_send = BgView {
+            urgent: true,
+            attention_only: true,
+            attention_until: 1_003_000_000,
+            ..view()
+        };
+        assert_eq!(plan_background(&long_send).wake_at, 1_003_000_000);
+    }
+
+    #[test]
+    fn the_background_thread_drives_only_when_watching_or_overdue() {
+        let watch = BgPlan {
+            watch: true,
+            wake_at: 0,
+        };
+        let rest = BgPlan {
+            watch: false,
+            wake_at: 0,
+        };
+        assert!(background_drives(&watch, 10, u64::MAX, true));
+        assert!(background_drives(&watch, 10, 10, false));
+        assert!(!background_drives(&watch, 10, 11, false));
+        // Busy threads have the socket: not even a due timer (they run it).
+        assert!(!background_drives(&rest, 10, 10, true));
+        assert!(background_drives(&rest, BG_BACKSTOP_NS + 10, 10, false));
+    }
+
+    #[test]
+    fn a_leaver_rings_only_for_urgent_work_or_a_sleeper_without_wake_up() {
+        let r = Roles::default();
+        r.bg_sleep_until.store(5, SeqCst);
+        assert!(!r.leaver_must_ring(|| false));
+        assert!(r.leaver_must_ring(|| true));
+        r.pollers.enter();
+        assert!(!r.leaver_must_ring(|| true), "another poller drives");
+        r.pollers.leave(true);
+        r.bg_sleep_until.store(u64::MAX, SeqCst);
+        assert!(r.leaver_must_ring(|| false));
+        r.bg_watching.store(true, SeqCst);
+        assert!(!r.leaver_must_ring(|| true));
+    }
+}
+
+/// Model checks of the hand-over: every interleaving of a thread that
+/// leaves the endpoint with a sleeper waiting and the background thread
+/// deciding how to sleep ends with the socket watched (or a ring sent).
+#[cfg(all(test, homa_loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+
+    fn plan_of(r: &Roles, now: u64) -> BgPlan {
+        plan_background(&BgView {
+            now,
+            pollers: r.pollers.count() > 0,
+            watcher: r.watcher.load(SeqCst),
+            urgent: r.blocked.load(SeqCst) > 0,
+            attention_only: false,
+            attention_until: 0,
+            app_idle_at: now + APP_IDLE_NS,
+            next_deadline: u64::MAX,
+        })
+    }
+
+    #[test]
+    fn a_poller_that_leaves_a_sleeper_is_never_lost() {
+        loom::model(|| {
+            let roles = Arc::new(Roles::default());
+            roles.pollers.enter();
+            let leaver = {
+                let roles = roles.clone();
+                loom::thread::spawn(move || {
+                    // A waiter that stops polling and sleeps (not as the
+                    // watcher): counted as blocked, then leaves.
+                    roles.blocked.fetch_add(1, SeqCst);
+                    roles.pollers.leave(false);
+                    roles.leaver_must_ring(|| roles.blocked.load(SeqCst) > 0)
+                })
+            };
+            let plan = roles.publish_plan(plan_of(&roles, 0), || plan_of(&roles, 0));
+            let rang = leaver.join().unwrap();
+            assert!(
+                rang || plan.watch,
+                "the sleeper is watched by nobody: {plan:?}"
+            );
+        });
+    }
+
+    #[test]
+    fn a_watcher_that_gives_up_its_role_hands_over() {
+        loom::model(|| {
+            let roles = Arc::new(Roles::default());
+            roles.watcher.store(true, SeqCst);
+            roles.blocked.fetch_add(1, SeqCst);
+            let leaver = {
+                let roles = roles.clone();
+                loom::thread::spawn(move || {
+                    // The watcher's result came; another thread still sleeps
+                    // (blocked stays 1) on a result of its own.
+                    roles.watcher.store(false, SeqCst);
+                    roles.leaver_must_ring(|| roles.blocked.load(SeqCst) > 0)
+                })
+            };
+            let plan = roles.publish_plan(plan_of(&roles, 0), || plan_of(&roles, 0));
+            let rang = leaver.join().unwrap();
+            assert!(rang || plan.watch, "nobody watches: {plan:?}");
+        });
     }
 }

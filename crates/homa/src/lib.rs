@@ -46,7 +46,7 @@ pub mod timetrace;
 mod wait;
 
 #[cfg(feature = "tokio")]
-pub use async_api::{RecvRequestFuture, RecvResponseFuture, RpcFuture};
+pub use async_api::{RecvRequestFuture, RecvResponseFuture, Requests, RpcFuture};
 pub use config::{EndpointConfig, RUNTIME_NIC_QUEUE_NS, RUNTIME_PAD_V4, RUNTIME_PAD_V6};
 pub use endpoint::{Endpoint, PendingRpc, Request, Responder, Response, RuntimeStats};
 pub use error::{Error, Result};

@@ -5,7 +5,7 @@ use crate::config::EndpointConfig;
 use crate::driver::Driver;
 use crate::endpoint::Response;
 use crate::error::{Error, Result};
-use crate::handoff::Pollers;
+use crate::handoff::Roles;
 use crate::socket::UdpSocket;
 use crate::sys::{monotonic_ns, EventFd};
 use crate::wait::WaitQueue;
@@ -28,25 +28,24 @@ pub(crate) struct Shared {
     /// `monotonic_ns()` when the endpoint opened: engine time is relative to it.
     pub(crate) base_ns: u64,
     pub(crate) poll_ns: u64,
-    pub(crate) driver: Mutex<Driver>,
+    /// [`EndpointConfig::async_poll`] in nanoseconds.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) async_poll_ns: u64,
+    /// The engine and everything touched with it, behind one lock. In an
+    /// `Arc` so that a serving pass can hold its guard by value and lend it
+    /// to the handler (`serve.rs`).
+    pub(crate) driver: Arc<Mutex<Driver>>,
     pub(crate) doorbell: EventFd,
-    /// Threads in the polling phase of a wait (they drive the engine).
-    pub(crate) pollers: Pollers,
-    /// Threads and tasks sleeping until a result arrives.
-    pub(crate) blocked: AtomicUsize,
-    /// The background thread currently has the socket in its poll set.
-    pub(crate) bg_watching: AtomicBool,
-    /// A blocked application thread sleeps on the socket itself (the
-    /// "watcher"); it drives the engine when packets arrive.
-    pub(crate) watcher: AtomicBool,
+    /// Who drives the engine and who sleeps (see `handoff.rs`).
+    pub(crate) roles: Roles,
+    /// The async driver task's timer, made when the first task waits.
+    #[cfg(feature = "tokio")]
+    pub(crate) reactor_state: std::sync::OnceLock<Arc<crate::async_api::Reactor>>,
     /// Wakes the watcher when its result arrives by another path, or when
     /// another thread set an engine deadline earlier than its sleep.
     pub(crate) watcher_bell: Arc<EventFd>,
     /// When the watcher will wake on its own (0 while it is awake).
     pub(crate) watcher_sleep_until: AtomicU64,
-    /// When the background thread will wake on its own (u64::MAX: never,
-    /// 0: it is awake).
-    pub(crate) bg_sleep_until: AtomicU64,
     /// The engine's next timer as of the last drive, plus `coalesce_ns`
     /// (u64::MAX: none). Everyone who waits for the engine's timers uses
     /// this value.

@@ -121,6 +121,70 @@ impl EventFd {
     }
 }
 
+/// A `timerfd` on `CLOCK_MONOTONIC`: the async driver task registers it
+/// with tokio's reactor and arms it for the engine's next timer, so that
+/// timers need neither tokio's time driver nor a thread of ours.
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+pub(crate) struct TimerFd(OwnedFd);
+
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+impl TimerFd {
+    pub(crate) fn new() -> io::Result<TimerFd> {
+        // SAFETY: plain syscall; the result is checked.
+        let fd = unsafe {
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        Ok(TimerFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+    /// Fires once at `monotonic_ns` (an absolute `CLOCK_MONOTONIC` time in
+    /// nanoseconds); `None` disarms it.
+    pub(crate) fn arm_at(&self, monotonic_ns: Option<u64>) {
+        let at = monotonic_ns.map_or(0, |t| t.max(1));
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: (at / 1_000_000_000) as libc::time_t,
+                tv_nsec: (at % 1_000_000_000) as libc::c_long,
+            },
+        };
+        // SAFETY: valid itimerspec pointers; an error leaves the timer as
+        // it was, which at worst delays a timer to the background thread.
+        unsafe {
+            libc::timerfd_settime(
+                self.0.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+    /// Consumes the expiration count (non-blocking).
+    pub(crate) fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a valid u64; EAGAIN is fine.
+        unsafe {
+            libc::read(
+                self.0.as_raw_fd(),
+                &mut v as *mut u64 as *mut libc::c_void,
+                8,
+            )
+        };
+    }
+    pub(crate) fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
 /// `ppoll` on up to a few descriptors; `None` waits forever. Returns the
 /// number of ready descriptors (0 on timeout); EINTR counts as a timeout.
 pub(crate) fn ppoll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {

@@ -2,6 +2,7 @@
 #![cfg(feature = "tokio")]
 
 use homa::{Endpoint, EndpointConfig, Error};
+use std::future::IntoFuture;
 use std::time::Duration;
 
 fn payload(len: usize, seed: u64) -> Vec<u8> {
@@ -91,4 +92,122 @@ async fn async_timeout_abandons_and_shutdown_wakes_waiters() {
         Err(Error::Shutdown)
     ));
     stopper.await.unwrap();
+}
+
+/// Awaits the next item of a stream without the `futures` crate.
+async fn next<S: futures_core::Stream + Unpin>(s: &mut S) -> Option<S::Item> {
+    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *s).poll_next(cx)).await
+}
+
+/// Async waits are woken through tokio's reactor (the endpoint's driver
+/// task), not by the background thread: a long run of async round trips
+/// leaves the background thread idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_waits_are_woken_by_the_reactor() {
+    let server = Endpoint::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr();
+    let mut requests = server.requests();
+    let serving = tokio::spawn(async move {
+        let mut n = 0u64;
+        while let Some(req) = next(&mut requests).await {
+            let (msg, responder) = req.into_parts();
+            responder.reply(msg.into_bytes()).unwrap();
+            n += 1;
+        }
+        n
+    });
+    let client = Endpoint::bind("127.0.0.1:0").unwrap();
+    let calls = 500u64;
+    for i in 0..calls {
+        let req = payload(100, i);
+        let reply = client
+            .send_request(addr, req.clone())
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(reply.to_vec(), req);
+    }
+    let c = client.runtime_stats();
+    let s = server.runtime_stats();
+    // The background threads may run a timer backstop or two, but they do
+    // not deliver the results (that would be one drive per call).
+    assert!(
+        c.background_drives + s.background_drives < calls / 10,
+        "{c:?} {s:?}"
+    );
+    server.shutdown();
+    assert_eq!(serving.await.unwrap(), calls, "the stream ends at shutdown");
+}
+
+/// Dropping a call's future before its response cancels the RPC in the
+/// engine; dropping a receive future loses no request.
+#[tokio::test(flavor = "current_thread")]
+async fn dropped_futures_cancel_calls_and_keep_requests() {
+    let server = Endpoint::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr();
+    let client = Endpoint::bind("127.0.0.1:0").unwrap();
+    // Nobody answers: the call stays pending until its future is dropped.
+    let call = client.send_request(addr, &b"never answered"[..]).unwrap();
+    let id = call.id();
+    let timed_out = tokio::time::timeout(Duration::from_millis(50), call).await;
+    assert!(timed_out.is_err());
+    assert_eq!(
+        client.engine_stats().client_rpcs,
+        0,
+        "{id:?} still in the engine"
+    );
+
+    // A receive future dropped while waiting takes nothing from the queue.
+    let waiting =
+        tokio::time::timeout(Duration::from_millis(20), server.recv_request_async()).await;
+    assert!(waiting.is_err());
+    let _pending = client.send_request(addr, &b"second"[..]).unwrap();
+    let req = tokio::time::timeout(Duration::from_secs(5), server.recv_request_async())
+        .await
+        .expect("the request is still delivered")
+        .unwrap();
+    // The first request reached the server too (its client gave up, the
+    // server does not know): either may come first.
+    assert!(req.message().to_vec() == b"second" || req.message().to_vec() == b"never answered");
+}
+
+/// Futures polled outside any tokio runtime still complete: the background
+/// thread watches for them.
+#[test]
+fn futures_work_without_a_runtime() {
+    let server = Endpoint::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr();
+    let s = server.clone();
+    let t = std::thread::spawn(move || {
+        let req = s.recv_request().unwrap();
+        req.reply(&b"pong"[..]).unwrap();
+    });
+    let client = Endpoint::bind("127.0.0.1:0").unwrap();
+    let fut = client
+        .send_request(addr, &b"ping"[..])
+        .unwrap()
+        .into_future();
+    let reply = block_on(fut).unwrap();
+    assert_eq!(reply.to_vec(), b"pong");
+    t.join().unwrap();
+}
+
+/// A minimal executor: parks the thread until the waker unparks it.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(Duration::from_millis(100));
+    }
 }

@@ -317,9 +317,6 @@ pub fn homa_echo(
         Ok(())
     })();
     homa::timetrace::enable(false);
-    if std::env::var_os("HOMA_DEBUG_STATS").is_some() {
-        eprintln!("client {:?}\nserver {:?}", client.runtime_stats(), server.runtime_stats());
-    }
     server.shutdown();
     echo.join()
         .map_err(|_| anyhow::anyhow!("echo thread panicked"))??;

@@ -450,7 +450,17 @@ fn ten_thousand_outstanding_rpcs_on_one_endpoint() {
             panic!("no response within 20 s after {got}: client {:?} {:?} {:?} server {:?} {:?} {:?} queued {}", client.runtime_stats(), client.engine_stats(), client.socket_stats(), server.runtime_stats(), server.engine_stats(), server.socket_stats(), server.queued_requests());
         };
         let seed = want.remove(&r.id).expect("known id");
-        assert!(r.result.unwrap() == payload(64, seed)[..]);
+        let body = r.result.unwrap_or_else(|e| {
+            panic!(
+                "RPC {:?} failed after {got} responses: {e}\nclient {:?}\n{:?}\nserver {:?}\n{:?}",
+                r.id,
+                client.engine_stats(),
+                client.metrics(),
+                server.engine_stats(),
+                server.metrics()
+            )
+        });
+        assert!(body == payload(64, seed)[..]);
         got += 1;
     }
     assert!(want.is_empty());

@@ -107,9 +107,6 @@ impl ClientRpcs {
     }
 }
 
-/// Threads polling the socket (low 32 bits) and, above them, how many
-/// polling waits ended with their result: one atomic operation per wait
-
 /// Everything touched under the engine lock.
 pub(crate) struct Driver {
     pub(crate) engine: homa_proto::Endpoint,
@@ -135,14 +132,6 @@ pub(crate) struct Driver {
 
 /// State shared by the endpoint's handles, its RPC handles and its
 /// background thread.
-///
-/// Aligned to 128 bytes (two cache lines, which the adjacent-line prefetcher
-/// moves together) so that no other allocation shares its lines: the lock
-/// word is written on every poll round. A precaution, not a measured gain:
-/// with time traces on, a change that only moved the fields looked ~160 ns
-/// slower per round trip until this alignment, but the plain p50 showed no
-/// difference either way (the traces' own buffers make traced runs
-
 /// Unlocks the driver, then wakes whoever the pass found a result for
 /// (after unlocking, so that the woken thread does not collide with the
 /// lock). Most passes wake nobody: then it is only the unlock.

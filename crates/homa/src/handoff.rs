@@ -430,7 +430,7 @@ impl Shared {
                     // small machine, the background thread or another
                     // application thread): give it the CPU back.
                     busy_lock += 1;
-                    if busy_lock % LOCK_SPINS_BEFORE_YIELD == 0 {
+                    if busy_lock.is_multiple_of(LOCK_SPINS_BEFORE_YIELD) {
                         std::thread::yield_now();
                     }
                     self.now_ns()

@@ -15,7 +15,14 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 
-/// layout-sensitive; docs/performance.md).
+/// State shared by the endpoint's handles, its RPC handles, its serving
+/// threads, the async driver task and the background thread.
+///
+/// Aligned to 128 bytes (two cache lines, which the adjacent-line prefetcher
+/// moves together) so that no other allocation shares its lines: the roles'
+/// atomics are written on every poll round. A precaution, not a measured
+/// gain (docs/performance.md). The engine lock itself lives in its own
+/// allocation since the serving pass holds its guard by value.
 #[repr(align(128))]
 pub(crate) struct Shared {
     pub(crate) sock: UdpSocket,

@@ -8,7 +8,7 @@
 //! thread sleeps and the background thread watches the socket for it (one
 //! handoff). The background thread also runs the engine's timers.
 
-use crate::config::EndpointConfig;
+use crate::config::{EndpointBuilder, EndpointConfig};
 use crate::driver::{ClientRpcs, Driver, RpcResult, Target};
 use crate::error::{Error, Result};
 use crate::handoff::Pollers;
@@ -108,19 +108,29 @@ pub struct Response {
 }
 
 impl Endpoint {
+    /// A builder of endpoint settings, each setter naming its default; its
+    /// `bind(addr)` opens the endpoint:
+    /// `Endpoint::builder().poll(Duration::from_micros(20)).bind("127.0.0.1:0")`.
+    pub fn builder() -> EndpointBuilder {
+        EndpointBuilder::new()
+    }
+
     /// Opens an endpoint on `addr` with the default configuration. Port 0
     /// picks a free port; `[::]` serves IPv4 and IPv6.
     pub fn bind(addr: impl ToSocketAddrs) -> Result<Endpoint> {
         Self::bind_with(addr, EndpointConfig::default())
     }
 
-    /// Opens an endpoint on `addr` with `cfg`.
+    /// Opens an endpoint on `addr` with `cfg` (from
+    /// [`EndpointConfig::builder`] or another endpoint's [`Self::config`]).
     pub fn bind_with(addr: impl ToSocketAddrs, cfg: EndpointConfig) -> Result<Endpoint> {
         let addr = addr
             .to_socket_addrs()?
             .next()
-            .ok_or_else(|| Error::InvalidArgument("no address to bind".into()))?;
-        cfg.validate().map_err(Error::InvalidArgument)?;
+            .ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to bind")
+            })?;
+        cfg.validate().map_err(Error::InvalidConfig)?;
         let engine_cfg = cfg.engine_config(addr.is_ipv6());
         let sock = UdpSocket::bind(
             addr,
@@ -136,7 +146,7 @@ impl Endpoint {
         )?;
         let base_ns = monotonic_ns();
         let engine = homa_proto::Endpoint::new(engine_cfg.clone(), 0)
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+            .map_err(|e| Error::InvalidConfig(e.0))?;
         let driver = Driver {
             engine,
             rx: RxBatch::new(cfg.recv_batch),
@@ -342,7 +352,7 @@ impl Endpoint {
     /// on another thread: move the [`Request`] there and reply from there.
     /// Inside the handler, this endpoint's blocking waits (`call`,
     /// `PendingRpc::wait`, `recv_request`...) return
-    /// [`Error::InvalidArgument`]; starting RPCs and replying work.
+    /// [`Error::WaitInHandler`]; starting RPCs and replying work.
     ///
     /// Any number of threads may serve the same endpoint, alongside threads
     /// using [`Self::recv_request`]; requests that another thread's pass
@@ -476,7 +486,7 @@ impl PendingRpc {
     /// socket); `None` otherwise, and the RPC stays pending.
     pub fn try_wait(&mut self) -> Option<Result<Message>> {
         if self.finished {
-            return Some(Err(Error::InvalidArgument("response already taken".into())));
+            return Some(Err(Error::ResponseTaken));
         }
         if !self.slot.is_done() {
             self.shared.drive_once();

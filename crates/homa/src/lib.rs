@@ -29,6 +29,16 @@
 //! Waiting: a thread that waits for a response or a request first
 //! busy-polls the socket for [`EndpointConfig::poll`] (50 µs by default),
 //! running the engine itself, and only then sleeps. See `docs/runtime.md`.
+//!
+//! Linux only: the runtime uses `recvmmsg`/`sendmmsg`, UDP GSO/GRO,
+//! `MSG_ERRQUEUE`, `eventfd` and `ppoll` directly (the engine,
+//! `homa-proto`, is portable).
+
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "the `homa` crate runs only on Linux (it uses recvmmsg/sendmmsg, UDP GSO/GRO, \
+     MSG_ERRQUEUE, eventfd and ppoll); the portable protocol engine is `homa-proto`"
+);
 
 #[cfg(feature = "tokio")]
 mod async_api;
@@ -47,11 +57,15 @@ mod wait;
 
 #[cfg(feature = "tokio")]
 pub use async_api::{RecvRequestFuture, RecvResponseFuture, RpcFuture};
-pub use config::{EndpointConfig, RUNTIME_NIC_QUEUE_NS, RUNTIME_PAD_V4, RUNTIME_PAD_V6};
+pub use config::{EndpointBuilder, EndpointConfig};
 pub use endpoint::{Endpoint, PendingRpc, Request, Responder, Response, RuntimeStats};
 pub use error::{Error, Result};
 pub use message::{Message, MessageReader};
-pub use socket::{FaultInjector, SocketStats};
+pub use socket::SocketStats;
+/// Test hook: random packet loss at the socket layer, set with
+/// [`EndpointBuilder::fault`] (`test-hooks` feature; not part of the stable API).
+#[cfg(feature = "test-hooks")]
+pub use socket::FaultInjector;
 
 /// The engine's types that appear in this API.
 pub use homa_proto::{

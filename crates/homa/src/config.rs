@@ -238,10 +238,12 @@ pub(crate) const RUNTIME_NIC_QUEUE_NS: u64 = 20_000;
 /// UDP ping-pong (C, loopback, socket without UDP GRO) of 129..197-byte
 /// datagrams takes ~0.1 µs longer per datagram than one of 128 or 198 bytes;
 /// a 100-byte Homa message is a 156-byte datagram (docs/performance.md).
-pub(crate) const RUNTIME_PAD_V4: homa_proto::PadWindow = homa_proto::PadWindow { from: 129, to: 198 };
+pub(crate) const RUNTIME_PAD_V4: homa_proto::PadWindow =
+    homa_proto::PadWindow { from: 129, to: 198 };
 /// The same for IPv6 peers, where the slow sizes end lower (measured
 /// 130..184 slow, 188 fast).
-pub(crate) const RUNTIME_PAD_V6: homa_proto::PadWindow = homa_proto::PadWindow { from: 129, to: 188 };
+pub(crate) const RUNTIME_PAD_V6: homa_proto::PadWindow =
+    homa_proto::PadWindow { from: 129, to: 188 };
 
 impl Default for EndpointConfig {
     fn default() -> Self {

@@ -124,12 +124,9 @@ impl Endpoint {
     /// Opens an endpoint on `addr` with `cfg` (from
     /// [`EndpointConfig::builder`] or another endpoint's [`Self::config`]).
     pub fn bind_with(addr: impl ToSocketAddrs, cfg: EndpointConfig) -> Result<Endpoint> {
-        let addr = addr
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to bind")
-            })?;
+        let addr = addr.to_socket_addrs()?.next().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to bind")
+        })?;
         cfg.validate().map_err(Error::InvalidConfig)?;
         let engine_cfg = cfg.engine_config(addr.is_ipv6());
         let sock = UdpSocket::bind(

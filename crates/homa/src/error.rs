@@ -300,10 +300,7 @@ mod tests {
             ),
             (Error::ResponseTaken, K::InvalidInput),
             (Error::InvalidConfig("mtu".into()), K::InvalidInput),
-            (
-                Error::Io(io::Error::from(K::AddrInUse)),
-                K::AddrInUse,
-            ),
+            (Error::Io(io::Error::from(K::AddrInUse)), K::AddrInUse),
         ];
         for (e, kind) in cases {
             let text = e.to_string();

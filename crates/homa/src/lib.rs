@@ -61,11 +61,11 @@ pub use config::{EndpointBuilder, EndpointConfig};
 pub use endpoint::{Endpoint, PendingRpc, Request, Responder, Response, RuntimeStats};
 pub use error::{Error, Result};
 pub use message::{Message, MessageReader};
-pub use socket::SocketStats;
 /// Test hook: random packet loss at the socket layer, set with
 /// [`EndpointBuilder::fault`] (`test-hooks` feature; not part of the stable API).
 #[cfg(feature = "test-hooks")]
 pub use socket::FaultInjector;
+pub use socket::SocketStats;
 
 /// The engine's types that appear in this API.
 pub use homa_proto::{

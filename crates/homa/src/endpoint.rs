@@ -102,8 +102,11 @@ pub struct Responder {
 /// The outcome of a shared RPC (see [`Endpoint::send_request_shared`]).
 #[derive(Debug)]
 pub struct Response {
+    /// The id [`Endpoint::send_request_shared`] returned.
     pub id: RpcId,
+    /// The server the request went to.
     pub peer: SocketAddr,
+    /// The response, or why there is none.
     pub result: Result<Message>,
 }
 
@@ -459,7 +462,9 @@ pub(crate) fn dur_ns(d: Duration) -> u64 {
 }
 
 impl PendingRpc {
-    /// The RPC's id.
+    /// The RPC's id: unique among this endpoint's client RPCs, and what the
+    /// server sees as [`Request::id`] (with this endpoint's address as
+    /// [`Request::peer`]).
     pub fn id(&self) -> RpcId {
         self.id
     }
@@ -550,9 +555,12 @@ impl Request {
     pub fn peer(&self) -> SocketAddr {
         self.responder.rpc.peer
     }
-    /// The client's id for this RPC (unique per client endpoint).
-    pub fn id(&self) -> u64 {
-        self.responder.rpc.id
+    /// The RPC's id: the same [`RpcId`] the client got from
+    /// [`PendingRpc::id`] or [`Endpoint::send_request_shared`]. Ids are
+    /// chosen by the client endpoint, so on a server only the pair
+    /// ([`Self::peer`], `id`) identifies an RPC.
+    pub fn id(&self) -> RpcId {
+        self.responder.id()
     }
     /// The request's bytes.
     pub fn message(&self) -> &Message {
@@ -586,6 +594,10 @@ impl Responder {
     /// The client's address.
     pub fn peer(&self) -> SocketAddr {
         self.rpc.peer
+    }
+    /// The RPC's id (see [`Request::id`]).
+    pub fn id(&self) -> RpcId {
+        RpcId(self.rpc.id)
     }
     /// Sends the response.
     pub fn reply(mut self, response: impl Into<Outgoing>) -> Result<()> {

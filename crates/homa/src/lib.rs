@@ -67,8 +67,14 @@ pub use message::{Message, MessageReader};
 pub use socket::FaultInjector;
 pub use socket::SocketStats;
 
+/// The one id type of RPCs in this API: [`PendingRpc::id`],
+/// [`Endpoint::send_request_shared`], [`Response::id`] and
+/// [`Request::id`] all return it. The client endpoint picks it (unique among
+/// its own RPCs, from a per-incarnation seed), so a client's id alone
+/// identifies its RPC, while a server must pair it with the peer's address
+/// ([`Request::peer`]): two clients may use the same id.
+pub use homa_proto::RpcId;
 /// The engine's types that appear in this API.
 pub use homa_proto::{
-    Config as EngineConfig, DropReason, EndpointStats, Metrics, Outgoing, RpcId, SendBuf,
-    SendBufError,
+    Config as EngineConfig, DropReason, EndpointStats, Metrics, Outgoing, SendBuf, SendBufError,
 };

@@ -811,3 +811,44 @@ fn runtime_stats_count_every_wait_once() {
     // thread): at least one per call, as each was handled on its thread.
     assert!(s.found_polling + s.slept >= calls, "{s:?}");
 }
+
+/// One id type: the server sees the id the client holds, for private and
+/// shared RPCs alike.
+#[test]
+fn request_and_client_handles_share_one_rpc_id() {
+    let server = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let addr = server.local_addr();
+    let pending = client.send_request(addr, &b"private"[..]).unwrap();
+    let shared: homa::RpcId = client.send_request_shared(addr, &b"shared"[..]).unwrap();
+    assert_ne!(pending.id(), shared);
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let req = server
+            .recv_request_timeout(Duration::from_secs(5))
+            .unwrap()
+            .expect("request within 5 s");
+        assert_eq!(req.peer(), client.local_addr());
+        let (message, responder) = req.into_parts();
+        assert_eq!(
+            responder.id(),
+            if message.to_vec() == b"private" {
+                pending.id()
+            } else {
+                shared
+            }
+        );
+        seen.push(responder.id());
+        responder.reply(message.into_bytes()).unwrap();
+    }
+    seen.sort();
+    let mut want = vec![pending.id(), shared];
+    want.sort();
+    assert_eq!(seen, want);
+    assert_eq!(pending.wait().unwrap().to_vec(), b"private");
+    let r = client
+        .recv_response_timeout(Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.id, r.peer), (shared, addr));
+}

@@ -48,6 +48,8 @@ mod endpoint;
 mod error;
 mod handoff;
 mod message;
+#[cfg(feature = "metrics")]
+mod publish;
 mod serve;
 mod shared;
 mod socket;

@@ -40,6 +40,11 @@ compile_error!(
      MSG_ERRQUEUE, eventfd and ppoll); the portable protocol engine is `homa-proto`"
 );
 
+/// The examples in the crate's README.md, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 #[cfg(feature = "tokio")]
 mod async_api;
 mod config;

@@ -47,10 +47,9 @@ pub struct EngineArgs {
 
 impl EngineArgs {
     fn config(&self, workload: &Workload) -> homa::EndpointConfig {
-        let mut c = homa::EndpointConfig {
-            poll: Duration::from_micros(self.poll_us),
-            ..Default::default()
-        };
+        let mut c = homa::Endpoint::builder()
+            .poll(Duration::from_micros(self.poll_us))
+            .build();
         c.engine.link_bps = (self.link_gbps * 1e9) as u64;
         c.engine.rtt_ns = self.rtt_us * 1000;
         c.engine.max_message_length = c.engine.max_message_length.max(workload.max_len());

@@ -80,7 +80,7 @@ fn serve(ep: &homa::Endpoint, served: &AtomicU64, fixed: Option<Bytes>) -> anyho
         };
         match responder.reply(body) {
             // The client gave up on this RPC meanwhile: nothing to answer.
-            Ok(()) | Err(homa::Error::InvalidArgument(_)) | Err(homa::Error::Shutdown) => {}
+            Ok(()) | Err(homa::Error::UnknownRpc) | Err(homa::Error::Shutdown) => {}
             Err(e) => {
                 failed.get_or_insert(e);
             }

@@ -120,15 +120,16 @@ fn homa_stream(
             match srv.recv_request() {
                 Ok(req) => {
                     if req.message().len() != size {
-                        return Err(homa::Error::InvalidArgument(format!(
-                            "request of {} bytes, expected {size}",
-                            req.message().len()
+                        return Err(homa::Error::Io(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("request of {} bytes, expected {size}", req.message().len()),
                         )));
                     }
                     // Spot-check the bytes (every 1024th message).
                     if n % 1024 == 0 && !check_payload(&req.message().contiguous(), 5) {
-                        return Err(homa::Error::InvalidArgument(format!(
-                            "message {n} arrived corrupted"
+                        return Err(homa::Error::Io(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("message {n} arrived corrupted"),
                         )));
                     }
                     n += 1;

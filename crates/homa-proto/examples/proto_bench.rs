@@ -28,10 +28,10 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 fn pair(checksum: bool) -> (Endpoint, Endpoint) {
-    let cfg = |seed| Config {
-        checksum,
-        rpc_id_seed: seed,
-        ..Config::default()
+    let cfg = |seed| {
+        Config::default()
+            .with_checksum(checksum)
+            .with_rpc_id_seed(seed)
     };
     (
         Endpoint::new(cfg(5), 0).unwrap(),
@@ -240,12 +240,12 @@ fn stream(checksum: bool, size: usize, count: u64) -> (f64, u64) {
 fn burst(checksum: bool, size: usize, count: u64) -> (f64, f64, f64) {
     // As the runtime's loopback benchmark configures it: a 100 Gbit/s "link"
     // and the runtime's 20 µs NIC queue, which lets a GSO-sized run go at once.
-    let cfg = |seed| Config {
-        checksum,
-        rpc_id_seed: seed,
-        link_bps: 100_000_000_000,
-        max_nic_queue_ns: Some(20_000),
-        ..Config::default()
+    let cfg = |seed| {
+        Config::default()
+            .with_checksum(checksum)
+            .with_rpc_id_seed(seed)
+            .with_link_bps(100_000_000_000)
+            .with_max_nic_queue_ns(20_000)
     };
     let a = Endpoint::new(cfg(5), 0).unwrap();
     let b = Endpoint::new(cfg(9), 0).unwrap();

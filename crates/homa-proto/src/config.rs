@@ -5,7 +5,13 @@ use thiserror::Error;
 
 /// Parameters of one endpoint. `Config::default()` suits a 25 Gbps datacenter
 /// network with a round trip of about 20 µs, similar to the Linux module's defaults.
+///
+/// `#[non_exhaustive]`: outside this crate, change settings with the
+/// `with_*` setters (each names its default), e.g.
+/// `Config::default().with_link_bps(10_000_000_000).with_rtt_ns(10_000)`.
+/// The fields are public to read.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Config {
     /// Rate of this host's link, bits per second. Drives the NIC queue model and
     /// the default window sizes.

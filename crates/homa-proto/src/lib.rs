@@ -14,7 +14,7 @@
 //! let a_addr: SocketAddr = "10.0.0.1:4000".parse().unwrap();
 //! let b_addr: SocketAddr = "10.0.0.2:4000".parse().unwrap();
 //! let mut a = Endpoint::new(Config::default(), 0).unwrap();
-//! let mut b = Endpoint::new(Config { rpc_id_seed: 7, ..Config::default() }, 0).unwrap();
+//! let mut b = Endpoint::new(Config::default().with_rpc_id_seed(7), 0).unwrap();
 //! let id = a.send_request(0, b_addr, bytes::Bytes::from_static(b"ping")).unwrap();
 //!
 //! // A perfect, instant network: shuttle datagrams until both are quiet.
@@ -47,6 +47,7 @@
 //! ```
 
 pub mod config;
+mod config_setters;
 mod endpoint;
 mod incoming;
 pub mod metrics;

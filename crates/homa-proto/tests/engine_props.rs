@@ -12,18 +12,16 @@ fn addr(i: u32) -> SocketAddr {
 }
 
 fn small_limits() -> Config {
-    Config {
-        max_peers: 4,
-        max_server_rpcs_per_peer: 3,
-        max_server_rpcs: 8,
-        max_client_rpcs: 16,
-        max_message_length: 100_000,
-        pool_bytes: 256 * 1024,
-        checksum: false,
-        resend_interval_ns: 10_000,
-        rpc_timeout_ns: 200_000,
-        ..Config::default()
-    }
+    Config::default()
+        .with_max_peers(4)
+        .with_max_server_rpcs_per_peer(3)
+        .with_max_server_rpcs(8)
+        .with_max_client_rpcs(16)
+        .with_max_message_length(100_000)
+        .with_pool_bytes(256 * 1024)
+        .with_checksum(false)
+        .with_resend_interval_ns(10_000)
+        .with_rpc_timeout_ns(200_000)
 }
 
 fn check_limits(ep: &Endpoint) {
@@ -372,14 +370,8 @@ fn checksums_are_verified_when_present_and_required_only_on_request() {
     };
     let on = Config::default();
     assert!(on.checksum && !on.require_checksum);
-    let off = Config {
-        checksum: false,
-        ..Config::default()
-    };
-    let required = Config {
-        require_checksum: true,
-        ..Config::default()
-    };
+    let off = Config::default().with_checksum(false);
+    let required = Config::default().with_require_checksum(true);
     let plain = request_datagram_with(7, false);
     let summed = request_datagram_with(7, true);
     // A checksum-less packet (a peer with checksums off) is heard by default.
@@ -404,12 +396,10 @@ fn checksums_are_verified_when_present_and_required_only_on_request() {
 /// a datagram from the first address must not be credited to the second.
 #[test]
 fn a_remembered_peer_slot_reused_by_another_address_is_not_trusted() {
-    let config = Config {
-        max_peers: 1,
-        checksum: false,
-        tombstone_ns: 0,
-        ..Config::default()
-    };
+    let config = Config::default()
+        .with_max_peers(1)
+        .with_checksum(false)
+        .with_tombstone_ns(0);
     let mut ep = Endpoint::new(config, 0).unwrap();
     let (a, b) = (addr(1), addr(2));
     // Two requests from `a`: the second finds `a` by the remembered slot.
@@ -441,12 +431,10 @@ fn a_remembered_peer_slot_reused_by_another_address_is_not_trusted() {
 #[test]
 fn tombstones_outlive_pressure_on_the_peer_table() {
     let ms = 1_000_000;
-    let config = Config {
-        max_peers: 2,
-        checksum: false,
-        tombstone_ns: ms,
-        ..Config::default()
-    };
+    let config = Config::default()
+        .with_max_peers(2)
+        .with_checksum(false)
+        .with_tombstone_ns(ms);
     let mut ep = Endpoint::new(config, 0).unwrap();
     let (a, b, c, d) = (addr(1), addr(2), addr(3), addr(4));
     // Peer `a`'s request runs and is abandoned: a tombstone.
@@ -485,11 +473,7 @@ fn tombstones_outlive_pressure_on_the_peer_table() {
 #[test]
 fn tombstones_expire_incrementally_and_never_early() {
     let (us, ms) = (1_000, 1_000_000);
-    let config = Config {
-        checksum: false,
-        tombstone_ns: ms,
-        ..Config::default()
-    };
+    let config = Config::default().with_checksum(false).with_tombstone_ns(ms);
     let mut ep = Endpoint::new(config, 0).unwrap();
     let a = addr(1);
     let n = 3_000u64;
@@ -542,10 +526,7 @@ fn tombstones_expire_incrementally_and_never_early() {
 /// from a live one anywhere (or comes from another peer) matches nothing.
 #[test]
 fn client_ids_are_unique_and_only_exact_ids_match() {
-    let config = Config {
-        checksum: false,
-        ..Config::default()
-    };
+    let config = Config::default().with_checksum(false);
     let mut ep = Endpoint::new(config, 0).unwrap();
     let server = addr(9);
     let mut seen = std::collections::HashSet::new();

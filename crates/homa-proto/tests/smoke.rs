@@ -33,16 +33,7 @@ impl Link {
             .map(|i| format!("10.0.0.{}:4000", i + 1).parse().unwrap())
             .collect();
         let eps = (0..n)
-            .map(|i| {
-                Endpoint::new(
-                    Config {
-                        rpc_id_seed: i as u64 + 100,
-                        ..config.clone()
-                    },
-                    0,
-                )
-                .unwrap()
-            })
+            .map(|i| Endpoint::new(config.clone().with_rpc_id_seed(i as u64 + 100), 0).unwrap())
             .collect();
         Link {
             eps,
@@ -201,13 +192,7 @@ fn gro_batches_deliver_every_message() {
     let sizes = [0usize, 1, 1417, 60_000, 200_000, 1_000_000, 3_000];
     let mut outcome = Vec::new();
     for gro in [false, true] {
-        let mut link = Link::new(
-            2,
-            Config {
-                max_nic_queue_ns: Some(20_000),
-                ..Config::default()
-            },
-        );
+        let mut link = Link::new(2, Config::default().with_max_nic_queue_ns(20_000));
         link.gro = gro;
         echo_and_check(&mut link, &sizes, 7, 1_000_000_000);
         assert_eq!(link.batches > 10, gro, "{} batches", link.batches);
@@ -232,11 +217,7 @@ fn gro_batches_deliver_every_message() {
 fn endpoints_with_and_without_checksums_interoperate() {
     let mut link = Link::new(2, Config::default());
     link.eps[0] = Endpoint::new(
-        Config {
-            checksum: false,
-            rpc_id_seed: 100,
-            ..Config::default()
-        },
+        Config::default().with_checksum(false).with_rpc_id_seed(100),
         0,
     )
     .unwrap();
@@ -279,10 +260,7 @@ fn echo_with_loss() {
 fn split_transmit_gives_the_same_datagrams_without_copying_payloads() {
     let dest: SocketAddr = "10.0.0.9:4000".parse().unwrap();
     // A queue limit long enough to release all unscheduled packets at once.
-    let config = Config {
-        max_nic_queue_ns: Some(1_000_000),
-        ..Config::default()
-    };
+    let config = Config::default().with_max_nic_queue_ns(1_000_000);
     let mut a = Endpoint::new(config.clone(), 0).unwrap();
     let mut b = Endpoint::new(config, 0).unwrap();
     let data = pattern(3, 100_000);
@@ -308,10 +286,7 @@ fn split_transmit_writes_a_short_message_whole() {
     let dest: SocketAddr = "10.0.0.9:4000".parse().unwrap();
     // Padding on, as the UDP runtime has it: a 100-byte message's datagram
     // (156 bytes) is padded to 198.
-    let config = Config {
-        pad_v4: homa_proto::PadWindow { from: 129, to: 198 },
-        ..Config::default()
-    };
+    let config = Config::default().with_pad_v4(homa_proto::PadWindow { from: 129, to: 198 });
     for (size, whole) in [
         (0usize, true),
         (100, true),
@@ -344,10 +319,7 @@ fn split_transmit_writes_a_short_message_whole() {
 
 #[test]
 fn discard_payload_still_delivers_every_message_with_its_length() {
-    let config = Config {
-        discard_payload: true,
-        ..Config::default()
-    };
+    let config = Config::default().with_discard_payload(true);
     let mut link = Link::new(2, config);
     let id = link.eps[0]
         .send_request(0, link.addrs[1], pattern(1, 300_000))
@@ -420,16 +392,7 @@ fn deliver(from: &mut Endpoint, fa: SocketAddr, to: &mut Endpoint, now: Time) ->
 
 /// A client and a server endpoint with `cfg` (distinct id seeds).
 fn client_and_server(cfg: Config) -> (Endpoint, Endpoint) {
-    let with_seed = |seed| {
-        Endpoint::new(
-            Config {
-                rpc_id_seed: seed,
-                ..cfg.clone()
-            },
-            0,
-        )
-        .unwrap()
-    };
+    let with_seed = |seed| Endpoint::new(cfg.clone().with_rpc_id_seed(seed), 0).unwrap();
     (with_seed(1), with_seed(2))
 }
 
@@ -443,11 +406,9 @@ fn piggybacked_acks_are_deferred_until_run_deferred() {
         "10.0.0.2:4000".parse().unwrap(),
     );
     for (defer, per_peer) in [(false, 16), (true, 16), (true, 1)] {
-        let cfg = Config {
-            defer_acks: defer,
-            max_server_rpcs_per_peer: per_peer,
-            ..Config::default()
-        };
+        let cfg = Config::default()
+            .with_defer_acks(defer)
+            .with_max_server_rpcs_per_peer(per_peer);
         let (mut client, mut server) = client_and_server(cfg);
         let mut now = 1_000;
         // One full RPC: the server keeps it until the client acknowledges.
@@ -494,10 +455,7 @@ fn deferred_acks_are_applied_by_the_next_engine_entry() {
         "10.0.0.1:4000".parse().unwrap(),
         "10.0.0.2:4000".parse().unwrap(),
     );
-    let cfg = Config {
-        defer_acks: true,
-        ..Config::default()
-    };
+    let cfg = Config::default().with_defer_acks(true);
     let (mut client, mut server) = client_and_server(cfg);
     let now = 1_000;
     for (i, body) in [&b"a"[..], b"b", b"c"].into_iter().enumerate() {
@@ -534,11 +492,9 @@ fn completed_client_rpcs_are_freed_in_run_deferred() {
         "10.0.0.1:4000".parse().unwrap(),
         "10.0.0.2:4000".parse().unwrap(),
     );
-    let cfg = Config {
-        defer_acks: true,
-        max_client_rpcs: 1,
-        ..Config::default()
-    };
+    let cfg = Config::default()
+        .with_defer_acks(true)
+        .with_max_client_rpcs(1);
     let (mut client, mut server) = client_and_server(cfg);
     let now = 1_000;
     // One round trip; the response's datagram is kept for a duplicate.
@@ -592,10 +548,7 @@ fn completed_client_rpcs_are_freed_in_run_deferred() {
     assert!(client.poll_event().is_none());
     assert_eq!(client.stats().client_rpcs, 0);
     // A request from a send buffer: freed at once.
-    let (mut client, mut server) = client_and_server(Config {
-        defer_acks: true,
-        ..Config::default()
-    });
+    let (mut client, mut server) = client_and_server(Config::default().with_defer_acks(true));
     let mut b = client.new_send_buf(10);
     b.write(0, b"from a buf").unwrap();
     rpc_once(&mut client, &mut server, b.clone().into());

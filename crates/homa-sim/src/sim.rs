@@ -233,15 +233,13 @@ impl SimSpec {
     /// the priority plan in it.
     pub fn engine_config(&self) -> (Config, PriorityPlan) {
         let t = &self.topology;
-        let mut c = Config {
-            max_packet_size: self.max_packet_size,
-            checksum: false,
+        let mut c = Config::default()
+            .with_max_packet_size(self.max_packet_size)
+            .with_checksum(false)
             // Nobody reads the payloads (they are zeros): reserve and track
             // receive buffers as usual but do not fill them, which spares the
             // memory and page faults of ~10 GB of pool pages in a W5 run.
-            discard_payload: !self.keep_payloads,
-            ..Config::default()
-        };
+            .with_discard_payload(!self.keep_payloads);
         c.rtt_ns = t.rtt_ns(self.max_packet_size);
         c.link_bps = t.host_link_bps;
         c.packet_overhead_bytes = t.overhead_bytes;
@@ -495,9 +493,10 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
     let seed = spec.seed;
     let mut net = EngineNet::new(
         fabric,
-        |h| Config {
-            rpc_id_seed: mix(seed ^ mix(h as u64 + 1)),
-            ..config.clone()
+        |h| {
+            config
+                .clone()
+                .with_rpc_id_seed(mix(seed ^ mix(h as u64 + 1)))
         },
         |_| SimApp {
             shared: shared.clone(),

@@ -159,14 +159,13 @@ fn base_port(t: Transport) -> u16 {
 /// The Homa endpoint configuration for this testbed: the link rate, the
 /// RTT, the workload's unscheduled priority plan, the largest message.
 pub fn homa_config(cfg: &ClusterConfig, rtt_ns: u64) -> (homa::EndpointConfig, PriorityPlan) {
-    let mut c = homa::EndpointConfig {
-        poll: Duration::from_micros(cfg.poll_us),
+    let mut c = homa::Endpoint::builder()
+        .poll(Duration::from_micros(cfg.poll_us))
         // A UDP GSO batch reaches the NIC queue as one unit of up to 64 KB,
         // which a higher-priority packet cannot overtake; without GSO every
         // packet is queued on its own, as on a real NIC.
-        gso: cfg.homa_gso,
-        ..Default::default()
-    };
+        .gso(cfg.homa_gso)
+        .build();
     // The engine counts UDP payload bytes; the shaper counts frames (42
     // more bytes: UDP, IP, Ethernet). Pacing to the payload share of a
     // full frame keeps the emulated NIC's queue from growing.

@@ -524,9 +524,10 @@ impl<A: App> EngineNet<A> {
             .collect();
         EngineNet::new(
             fabric,
-            |h| Config {
-                link_bps: rates[h].unwrap_or(config.link_bps),
-                ..config.clone()
+            |h| {
+                config
+                    .clone()
+                    .with_link_bps(rates[h].unwrap_or(config.link_bps))
             },
             app,
         )

@@ -11,11 +11,9 @@ const MS: u64 = 1_000_000;
 
 fn star(n: usize, seed: u64, reply: Reply) -> EngineNet<TestApp> {
     let fabric = Fabric::star(n, 25_000_000_000, 1_000, 250).with_seed(seed);
-    let cfg = Config {
-        resend_interval_ns: MS / 2,
-        rpc_timeout_ns: 20 * MS,
-        ..Config::default()
-    };
+    let cfg = Config::default()
+        .with_resend_interval_ns(MS / 2)
+        .with_rpc_timeout_ns(20 * MS);
     EngineNet::uniform(fabric, cfg, |_| TestApp::new(reply)).unwrap()
 }
 
@@ -247,12 +245,10 @@ fn padded_short_messages_arrive_intact() {
     let window = PadWindow { from: 129, to: 198 };
     for checksum in [false, true] {
         let fabric = Fabric::star(2, 25_000_000_000, 1_000, 250).with_seed(11);
-        let cfg = Config {
-            checksum,
-            pad_v4: window,
-            pad_v6: window,
-            ..Config::default()
-        };
+        let cfg = Config::default()
+            .with_checksum(checksum)
+            .with_pad_v4(window)
+            .with_pad_v6(window);
         let mut net = EngineNet::uniform(fabric, cfg, |_| TestApp::new(Reply::Echo)).unwrap();
         let sizes: Vec<usize> = (60..=150).chain([1, 1400, 3000]).collect();
         let mut ids = Vec::new();

@@ -67,10 +67,7 @@ fn sender_srpt_sends_shortest_message_first() {
 #[test]
 fn receiver_srpt_grants_shortest_message_first() {
     // Four senders to one receiver at once; the receiver's grants decide.
-    let config = Config {
-        max_overcommit: 1,
-        ..Config::default()
-    };
+    let config = Config::default().with_max_overcommit(1);
     let mut net = net_with(5, config, Reply::Fixed(1));
     let sizes = [800_000usize, 600_000, 400_000, 200_000];
     let ids: Vec<(usize, RpcId)> = sizes
@@ -95,11 +92,9 @@ fn receiver_srpt_grants_shortest_message_first() {
 
 #[test]
 fn overcommitment_and_incoming_cap_are_respected() {
-    let config = Config {
-        max_overcommit: 3,
-        grant_fifo_permille: 0,
-        ..Config::default()
-    };
+    let config = Config::default()
+        .with_max_overcommit(3)
+        .with_grant_fifo_permille(0);
     let max_incoming = config.effective_max_incoming();
     let mut net = net_with(9, config, Reply::Fixed(1));
     for h in 1..9 {
@@ -122,11 +117,9 @@ fn overcommitment_and_incoming_cap_are_respected() {
 fn fifo_grants_let_a_large_message_progress() {
     // One huge message competes with a stream of shorter ones; with FIFO grants
     // it keeps receiving some bandwidth instead of starving.
-    let config = Config {
-        max_overcommit: 1,
-        grant_fifo_permille: 100,
-        ..Config::default()
-    };
+    let config = Config::default()
+        .with_max_overcommit(1)
+        .with_grant_fifo_permille(100);
     let mut net = net_with(3, config, Reply::Fixed(1));
     let big = net.send_request(1, 0, pattern(1_000_000, 9)).unwrap();
     let mut sent = 0;
@@ -260,10 +253,7 @@ fn lost_response_is_resent_without_executing_twice() {
 
 #[test]
 fn busy_keeps_a_slow_server_alive_and_timeout_fails_a_dead_one() {
-    let config = Config {
-        rpc_timeout_ns: 20 * MS,
-        ..Config::default()
-    };
+    let config = Config::default().with_rpc_timeout_ns(20 * MS);
     let mut net = net_with(3, config, Reply::Manual);
     let slow = net.send_request(0, 1, pattern(1000, 1)).unwrap();
     // Host 2 is cut off for good: its RPC must time out.
@@ -387,11 +377,9 @@ fn a_one_packet_request_waits_for_pool_space_too() {
     // 100-byte one arriving meanwhile waits and is delivered once the big
     // one is let go.
     const FULL: usize = 15 * 65_536;
-    let config = Config {
-        pool_bytes: FULL,
-        max_message_length: FULL as u32,
-        ..Config::default()
-    };
+    let config = Config::default()
+        .with_pool_bytes(FULL)
+        .with_max_message_length(FULL as u32);
     let mut net = EngineNet::uniform(star(3), config, |_| Holder::default()).unwrap();
     net.send_request(1, 0, pattern(FULL, 1)).unwrap();
     assert!(net.run_until_cond(5 * MS, |n| n.app(0).held.len() == 1));
@@ -416,10 +404,7 @@ fn pool_exhaustion_waits_and_resumes_shortest_first() {
     // arrive meanwhile and must wait. When space frees, the shorter waiting
     // message resumes first even though it arrived later; the longer one only
     // fits once that one is released too.
-    let config = Config {
-        pool_bytes: 1 << 20,
-        ..Config::default()
-    };
+    let config = Config::default().with_pool_bytes(1 << 20);
     let mut net = EngineNet::uniform(star(4), config, |_| Holder::default()).unwrap();
     net.send_request(1, 0, pattern(900_000, 1)).unwrap();
     net.run_until(50_000);
@@ -459,10 +444,7 @@ fn crashed_server_restarts_and_the_rpc_completes() {
 
 #[test]
 fn crashed_client_leaves_no_server_state_behind() {
-    let config = Config {
-        rpc_timeout_ns: 20 * MS,
-        ..Config::default()
-    };
+    let config = Config::default().with_rpc_timeout_ns(20 * MS);
     let mut net = net_with(2, config, Reply::Fixed(500_000));
     net.send_request(0, 1, pattern(200_000, 1)).unwrap();
     assert!(net.run_until_cond(MS, |n| n.app(1).requests().count() == 1));
@@ -517,12 +499,12 @@ fn a_request_the_server_refuses_times_out_instead_of_retrying_forever() {
     // the request (and answers the client's RESENDs with RPC_UNKNOWN).
     let mut net = EngineNet::new(
         star(2),
-        |h| Config {
-            link_bps: G25,
-            max_message_length: if h == 0 { 2_000_000 } else { 1_000_000 },
-            pool_bytes: 4 << 20,
-            rpc_timeout_ns: 20 * MS,
-            ..Config::default()
+        |h| {
+            Config::default()
+                .with_link_bps(G25)
+                .with_max_message_length(if h == 0 { 2_000_000 } else { 1_000_000 })
+                .with_pool_bytes(4 << 20)
+                .with_rpc_timeout_ns(20 * MS)
         },
         |_| TestApp::new(Reply::Echo),
     )
@@ -544,10 +526,7 @@ fn an_ack_piggybacked_on_a_refused_request_still_frees_the_server() {
     // One server RPC per peer: the second request is refused while the first
     // is still held, but its piggybacked ACK frees the first, and the retry
     // goes through without waiting for NEED_ACK.
-    let config = Config {
-        max_server_rpcs_per_peer: 1,
-        ..Config::default()
-    };
+    let config = Config::default().with_max_server_rpcs_per_peer(1);
     let mut net = net_with(2, config, Reply::Echo);
     net.send_request(0, 1, pattern(100, 1)).unwrap();
     assert!(net.run_until_cond(10 * MS, |n| n.app(0).responses() == 1));
@@ -562,11 +541,9 @@ fn an_ack_piggybacked_on_a_refused_request_still_frees_the_server() {
 fn room_freed_under_the_incoming_cap_is_granted_at_once() {
     // With an incoming cap of one window, a second message gets its grants as
     // the first one's outstanding bytes arrive, not only when it completes.
-    let config = Config {
-        max_overcommit: 2,
-        max_incoming: Some(62_500),
-        ..Config::default()
-    };
+    let config = Config::default()
+        .with_max_overcommit(2)
+        .with_max_incoming(62_500);
     let mut net = net_with(3, config, Reply::Fixed(1));
     let a = net.send_request(1, 0, pattern(200_000, 1)).unwrap();
     let b = net.send_request(2, 0, pattern(400_000, 2)).unwrap();
@@ -594,11 +571,9 @@ fn an_abandoned_request_frees_the_server_at_once() {
 
 #[test]
 fn an_abandoned_request_is_never_run_again_even_if_the_client_keeps_asking() {
-    let config = Config {
-        rpc_timeout_ns: 500 * MS,
-        tombstone_ns: 10 * MS,
-        ..Config::default()
-    };
+    let config = Config::default()
+        .with_rpc_timeout_ns(500 * MS)
+        .with_tombstone_ns(10 * MS);
     let mut net = net_with(2, config, Reply::Manual);
     let id = net.send_request(0, 1, pattern(5_000, 1)).unwrap();
     assert!(net.run_until_cond(MS, |n| n.app(1).requests().count() == 1));
@@ -640,11 +615,9 @@ fn a_response_that_cannot_get_pool_space_fails_after_the_rpc_timeout() {
     // 600 KB response: the second cannot be received. It waits (BUSY keeps
     // the server from giving up) for the RPC timeout, then fails with
     // PoolExhausted; once the application lets go, calls work again.
-    let config = Config {
-        pool_bytes: 1 << 20,
-        rpc_timeout_ns: 20 * MS,
-        ..Config::default()
-    };
+    let config = Config::default()
+        .with_pool_bytes(1 << 20)
+        .with_rpc_timeout_ns(20 * MS);
     let mut net = EngineNet::uniform(star(2), config, |_| PoolHog::default()).unwrap();
     net.send_request(0, 1, pattern(100, 1)).unwrap();
     assert!(net.run_until_cond(10 * MS, |n| n.app(0).held.len() == 1));
@@ -669,11 +642,9 @@ fn a_response_that_cannot_get_pool_space_fails_after_the_rpc_timeout() {
 
 #[test]
 fn a_departed_client_is_asked_for_acks_at_doubling_intervals() {
-    let cfg = Config {
-        resend_interval_ns: MS / 2,
-        rpc_timeout_ns: 64 * MS,
-        ..Config::default()
-    };
+    let cfg = Config::default()
+        .with_resend_interval_ns(MS / 2)
+        .with_rpc_timeout_ns(64 * MS);
     let mut net = net_with(2, cfg, Reply::Echo);
     net.send_request(0, 1, pattern(100, 1)).unwrap();
     assert!(net.run_until_cond(10 * MS, |n| n.app(0).responses() == 1));

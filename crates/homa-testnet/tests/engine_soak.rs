@@ -186,12 +186,10 @@ fn soak_100k_rpcs_under_faults() {
         reorder_max_ns: 20_000,
         corrupt: 0.001,
     });
-    let config = Config {
+    let config = Config::default()
         // Small enough that the pool fills up now and then under this load.
-        pool_bytes: 16 << 20,
-        peer_idle_ns: 100_000_000,
-        ..Config::default()
-    };
+        .with_pool_bytes(16 << 20)
+        .with_peer_idle_ns(100_000_000);
     let mut net = EngineNet::uniform(fabric, config, |_| SoakApp {
         ledger: ledger.clone(),
     })

@@ -15,10 +15,10 @@ fn main() {
     let a_addr: SocketAddr = "10.0.0.1:1".parse().unwrap();
     let b_addr: SocketAddr = "10.0.0.2:1".parse().unwrap();
     for checksum in [true, false] {
-        let cfg = |seed| Config {
-            checksum,
-            rpc_id_seed: seed,
-            ..Config::default()
+        let cfg = |seed| {
+            Config::default()
+                .with_checksum(checksum)
+                .with_rpc_id_seed(seed)
         };
         let mut a = Endpoint::new(cfg(5), 0).unwrap();
         let mut b = Endpoint::new(cfg(9), 0).unwrap();

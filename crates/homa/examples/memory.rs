@@ -24,10 +24,9 @@ fn heap_in_use() -> usize {
 }
 
 fn main() -> homa::Result<()> {
-    let cfg = EndpointConfig {
-        poll: Duration::from_micros(10),
-        ..Default::default()
-    };
+    let cfg = EndpointConfig::builder()
+        .poll(Duration::from_micros(10))
+        .build();
     let server = Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let addr = server.local_addr();
     let client = Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;

@@ -1,41 +1,48 @@
 //! The example from crates/homa/README.md, kept compiling and running here.
 
-use homa::Endpoint;
+use homa::{Endpoint, Error};
+use std::time::Duration;
 
-fn main() -> homa::Result<()> {
-    // Server: answer every request with its own bytes. `serve` runs the
-    // handler inside this thread's own receive pass (the fastest way);
-    // `recv_request` and a reply from any thread work too.
+#[tokio::main]
+async fn main() -> homa::Result<()> {
+    // Server: a task that answers every request with its own bytes.
     let server = Endpoint::bind("127.0.0.1:0")?;
     let addr = server.local_addr();
     let s = server.clone();
-    std::thread::spawn(move || {
-        s.serve(|req| {
-            let (message, responder) = req.into_parts();
-            let _ = responder.reply(message.into_bytes()); // no copy
-        })
+    tokio::spawn(async move {
+        // TODO(#18, async API): a `Stream` of requests, `server.requests()`,
+        // will replace this loop.
+        loop {
+            match s.recv_request_async().await {
+                Ok(req) => {
+                    let (message, responder) = req.into_parts();
+                    // Replying never blocks: fine inside a task.
+                    let _ = responder.reply(message.into_bytes()); // no copy
+                }
+                Err(Error::Shutdown) => break,
+                Err(e) => eprintln!("server: {e}"),
+            }
+        }
     });
 
-    // Client: one blocking call...
+    // Client: one call...
     let client = Endpoint::bind("127.0.0.1:0")?;
-    let reply = client.call(addr, &b"hello"[..])?;
+    let reply = client.call_async(addr, &b"hello"[..]).await?;
     assert_eq!(reply.to_vec(), b"hello");
 
-    // ...or start several and wait later, each by its own handle.
+    // ...or several in flight at once: a `PendingRpc` is a future.
     let pending: Vec<_> = (0..4u8)
         .map(|i| client.send_request(addr, vec![i; 1000]))
         .collect::<Result<_, _>>()?;
-    for (i, p) in pending.into_iter().enumerate() {
-        let m = p.wait()?; // pool-backed; dropped = space returned
-        assert!(m.contiguous().iter().all(|b| *b == i as u8));
+    for (i, rpc) in pending.into_iter().enumerate() {
+        let m = rpc.await?; // pool-backed; dropped = space returned
+        assert!(m == vec![i as u8; 1000][..]);
     }
 
-    // Large messages can be written straight into a send buffer laid out
-    // as packets: it leaves without a gather copy, and can be written and
-    // sent again once `buf.in_flight()` is false.
-    let mut buf = client.new_send_buf(200_000);
-    buf.write(0, &[7; 200_000]).unwrap();
-    let reply = client.call(addr, buf.clone())?;
-    assert_eq!(reply.len(), 200_000);
-    Ok(()) // dropping the last handle shuts the endpoint down
+    // With a deadline: on expiry the RPC is abandoned.
+    let reply = client
+        .call_timeout_async(addr, &b"ping"[..], Duration::from_secs(1))
+        .await?;
+    assert_eq!(reply.len(), 4);
+    Ok(()) // dropping the last handle of an endpoint shuts it down
 }

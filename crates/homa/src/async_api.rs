@@ -323,16 +323,11 @@ impl Endpoint {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> homa::Result<()> {
-    /// use std::future::poll_fn;
-    /// use std::pin::Pin;
     /// let server = homa::Endpoint::bind("127.0.0.1:0")?;
     /// let addr = server.local_addr();
     /// let mut requests = server.requests();
     /// tokio::spawn(async move {
-    ///     // (with `futures::StreamExt`: `while let Some(req) = requests.next().await`)
-    ///     while let Some(req) =
-    ///         poll_fn(|cx| futures_core::Stream::poll_next(Pin::new(&mut requests), cx)).await
-    ///     {
+    ///     while let Some(req) = requests.next().await {
     ///         let (msg, responder) = req.into_parts();
     ///         let _ = responder.reply(msg.into_bytes());
     ///     }
@@ -528,14 +523,27 @@ impl Future for RecvResponseFuture {
 /// The stream of incoming requests ([`Endpoint::requests`]).
 pub struct Requests(QueueWait<IncomingRequests>);
 
-impl futures_core::Stream for Requests {
-    type Item = Request;
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Request>> {
-        match self.get_mut().0.poll_next(cx) {
+impl Requests {
+    /// The next request; `None` once the endpoint has shut down. The same as
+    /// `StreamExt::next` from `futures` or `tokio-stream`, without either.
+    /// Cancel-safe: dropping the future loses no request.
+    pub async fn next(&mut self) -> Option<Request> {
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next_request(cx)).await
+    }
+
+    fn poll_next_request(&mut self, cx: &mut Context<'_>) -> Poll<Option<Request>> {
+        match self.0.poll_next(cx) {
             Poll::Ready(Ok(r)) => Poll::Ready(Some(r)),
             Poll::Ready(Err(_)) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+impl futures_core::Stream for Requests {
+    type Item = Request;
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Request>> {
+        self.get_mut().poll_next_request(cx)
     }
 }
 

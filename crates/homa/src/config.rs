@@ -2,6 +2,7 @@
 //! that only exist on real sockets (polling, DSCP, offloads, buffers).
 
 use crate::socket::FaultInjector;
+use std::net::ToSocketAddrs;
 use std::time::Duration;
 
 /// Bytes of IPv4 + UDP headers.
@@ -9,24 +10,37 @@ const V4_OVERHEAD: usize = 28;
 /// Bytes of IPv6 + UDP headers.
 const V6_OVERHEAD: usize = 48;
 
-/// Everything needed to open an endpoint. Build it with struct-update syntax:
+/// An endpoint's settings: the engine's ([`EngineConfig`](crate::EngineConfig))
+/// plus those that only exist on real sockets (polling, MTU, DSCP, offloads,
+/// buffers).
+///
+/// Make one with [`Endpoint::builder`](crate::Endpoint::builder) (or
+/// [`EndpointConfig::builder`], the same builder), whose setters name each
+/// default; [`Endpoint::config`](crate::Endpoint::config) shows the settings
+/// an endpoint runs with. The fields are public to read; the struct is
+/// `#[non_exhaustive]`, so new settings do not break code that builds one.
 ///
 /// ```
-/// let cfg = homa::EndpointConfig {
-///     poll: std::time::Duration::from_micros(20),
-///     ..homa::EndpointConfig::default()
-/// };
+/// use std::time::Duration;
+/// let cfg = homa::EndpointConfig::builder()
+///     .poll(Duration::from_micros(20))
+///     .engine(|e| e.with_rpc_timeout_ns(500_000_000))
+///     .build();
 /// assert_eq!(cfg.mtu, Some(1500));
+/// assert_eq!(cfg.engine.rpc_timeout_ns, 500_000_000);
 /// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct EndpointConfig {
     /// The protocol engine's parameters (link rate, windows, timeouts, pool
     /// size...). `max_packet_size` is overridden when [`Self::mtu`] is set and
     /// `rpc_id_seed` when [`Self::rpc_id_seed`] is `None`. The default is the
-    /// engine's, except `max_nic_queue_ns` (see [`RUNTIME_NIC_QUEUE_NS`]),
-    /// `checksum` (off: UDP checksums the datagrams already), `defer_acks`
-    /// (on: the runtime frees acknowledged RPCs after sending a reply) and
-    /// `pad_v4`/`pad_v6` (see [`RUNTIME_PAD_V4`]).
+    /// engine's, except `max_nic_queue_ns` (20 µs: a user-space runtime pays a
+    /// system call per batch, so the engine may release a GSO-sized batch at
+    /// once), `checksum` (off: UDP checksums the datagrams already),
+    /// `defer_acks` (on: the runtime frees acknowledged RPCs after sending a
+    /// reply) and `pad_v4`/`pad_v6` (129..198 and 129..188 bytes: datagram
+    /// sizes that Linux handles slowly, docs/performance.md).
     pub engine: homa_proto::Config,
     /// IP MTU of the path. The engine's packet size becomes the largest UDP
     /// payload that fits it (1472 bytes for IPv4 at 1500, 1452 for IPv6), so
@@ -74,8 +88,155 @@ pub struct EndpointConfig {
     /// Fail client RPCs at once when ICMP says their peer is unreachable
     /// (otherwise they wait for the engine's timeout).
     pub fail_on_unreachable: bool,
-    /// Randomly lose packets at the socket layer (tests of loss recovery).
-    pub fault: Option<FaultInjector>,
+    /// Random packet loss at the socket layer (tests of loss recovery; set
+    /// with the `test-hooks` feature's `EndpointBuilder::fault`).
+    pub(crate) fault: Option<FaultInjector>,
+}
+
+/// Builds an [`EndpointConfig`] and binds endpoints with it. Every setter
+/// names its default; settings not set keep it. A builder can bind any
+/// number of endpoints.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// let ep = homa::Endpoint::builder()
+///     .poll(Duration::from_micros(20))
+///     .mtu(9000)
+///     .engine(|e| e.with_link_bps(100_000_000_000).with_pool_bytes(256 << 20))
+///     .bind("0.0.0.0:4000")?;
+/// # Ok::<(), homa::Error>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct EndpointBuilder {
+    cfg: EndpointConfig,
+}
+
+impl EndpointConfig {
+    /// A builder starting from the defaults (the same as
+    /// [`Endpoint::builder`](crate::Endpoint::builder)).
+    pub fn builder() -> EndpointBuilder {
+        EndpointBuilder::default()
+    }
+}
+
+impl From<EndpointConfig> for EndpointBuilder {
+    /// A builder starting from `cfg` (e.g. another endpoint's
+    /// [`config`](crate::Endpoint::config)).
+    fn from(cfg: EndpointConfig) -> EndpointBuilder {
+        EndpointBuilder { cfg }
+    }
+}
+
+impl EndpointBuilder {
+    /// A builder starting from the defaults.
+    pub fn new() -> EndpointBuilder {
+        EndpointBuilder::default()
+    }
+
+    /// Changes the engine's settings: `f` gets the current ones (at first
+    /// the runtime's defaults, see [`EndpointConfig::engine`]) and returns
+    /// the new ones, typically through the engine's `with_*` setters, each
+    /// of which names its default:
+    /// `.engine(|e| e.with_rpc_timeout_ns(100_000_000).with_pool_bytes(8 << 20))`.
+    pub fn engine(
+        mut self,
+        f: impl FnOnce(homa_proto::Config) -> homa_proto::Config,
+    ) -> EndpointBuilder {
+        self.cfg.engine = f(self.cfg.engine);
+        self
+    }
+    /// IP MTU of the path ([`EndpointConfig::mtu`]); `None` keeps the
+    /// engine's `max_packet_size`. Default: `Some(1500)`.
+    pub fn mtu(mut self, mtu: impl Into<Option<usize>>) -> EndpointBuilder {
+        self.cfg.mtu = mtu.into();
+        self
+    }
+    /// How long a waiting thread busy-polls before it sleeps
+    /// ([`EndpointConfig::poll`]). Default: 50 µs.
+    pub fn poll(mut self, poll: Duration) -> EndpointBuilder {
+        self.cfg.poll = poll;
+        self
+    }
+    /// How long an async wait busy-polls before its task yields to tokio's
+    /// reactor, when nobody else polls the endpoint
+    /// ([`EndpointConfig::async_poll`]). Default: 20 µs; zero never spins.
+    pub fn async_poll(mut self, poll: Duration) -> EndpointBuilder {
+        self.cfg.async_poll = poll;
+        self
+    }
+    /// DSCP value (0..=63) per engine priority level, index 7 the highest
+    /// ([`EndpointConfig::dscp`]). Default: CS0..CS7, `[0, 8, 16, 24, 32, 40,
+    /// 48, 56]`.
+    pub fn dscp(mut self, dscp: [u8; 8]) -> EndpointBuilder {
+        self.cfg.dscp = dscp;
+        self
+    }
+    /// Use UDP GSO where the kernel supports it. Default: `true`.
+    pub fn gso(mut self, on: bool) -> EndpointBuilder {
+        self.cfg.gso = on;
+        self
+    }
+    /// Accept UDP GRO where the kernel supports it. Default: `true`.
+    pub fn gro(mut self, on: bool) -> EndpointBuilder {
+        self.cfg.gro = on;
+        self
+    }
+    /// SO_SNDBUF / SO_RCVBUF size requested. Default: 4 MiB.
+    pub fn socket_buffer_bytes(mut self, bytes: usize) -> EndpointBuilder {
+        self.cfg.socket_buffer_bytes = bytes;
+        self
+    }
+    /// Never let the kernel fragment a packet
+    /// ([`EndpointConfig::dont_fragment`]). Default: `true`.
+    pub fn dont_fragment(mut self, on: bool) -> EndpointBuilder {
+        self.cfg.dont_fragment = on;
+        self
+    }
+    /// Datagrams received per `recvmmsg` (at least 1). Default: 32.
+    pub fn recv_batch(mut self, n: usize) -> EndpointBuilder {
+        self.cfg.recv_batch = n;
+        self
+    }
+    /// Packets collected before one `sendmmsg` (at least 1). Default: 128.
+    pub fn send_batch(mut self, n: usize) -> EndpointBuilder {
+        self.cfg.send_batch = n;
+        self
+    }
+    /// Seed of the first RPC id; `None` picks a fresh one at every bind.
+    /// Default: `None`.
+    pub fn rpc_id_seed(mut self, seed: impl Into<Option<u64>>) -> EndpointBuilder {
+        self.cfg.rpc_id_seed = seed.into();
+        self
+    }
+    /// Fail client RPCs at once when ICMP says their peer is unreachable.
+    /// Default: `true`.
+    pub fn fail_on_unreachable(mut self, on: bool) -> EndpointBuilder {
+        self.cfg.fail_on_unreachable = on;
+        self
+    }
+    /// Lose packets at random at the socket layer (tests of loss recovery;
+    /// `test-hooks` feature only). Default: `None`.
+    #[cfg(feature = "test-hooks")]
+    pub fn fault(mut self, fault: impl Into<Option<FaultInjector>>) -> EndpointBuilder {
+        self.cfg.fault = fault.into();
+        self
+    }
+    /// The settings built so far.
+    pub fn build(self) -> EndpointConfig {
+        self.cfg
+    }
+    /// The settings built so far, by reference.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.cfg
+    }
+    /// Opens an endpoint on `addr` with these settings (see
+    /// [`Endpoint::bind`](crate::Endpoint::bind)). Fails with
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) when a setting
+    /// is out of range.
+    pub fn bind(&self, addr: impl ToSocketAddrs) -> crate::Result<crate::Endpoint> {
+        crate::Endpoint::bind_with(addr, self.cfg.clone())
+    }
 }
 
 /// Default NIC queue limit for the UDP runtime: 20 µs of transmission (about
@@ -84,7 +245,7 @@ pub struct EndpointConfig {
 /// runtime pays a system call per batch, so it lets the engine release a
 /// GSO-sized batch at once. Short messages are unaffected (they bypass the
 /// pacer); the cost is at most this much queueing in the kernel.
-pub const RUNTIME_NIC_QUEUE_NS: u64 = 20_000;
+pub(crate) const RUNTIME_NIC_QUEUE_NS: u64 = 20_000;
 
 /// Default padding of short DATA datagrams to IPv4 peers
 /// (`homa_proto::Config::pad_v4`): 129..197-byte datagrams go out as 198
@@ -92,26 +253,26 @@ pub const RUNTIME_NIC_QUEUE_NS: u64 = 20_000;
 /// UDP ping-pong (C, loopback, socket without UDP GRO) of 129..197-byte
 /// datagrams takes ~0.1 µs longer per datagram than one of 128 or 198 bytes;
 /// a 100-byte Homa message is a 156-byte datagram (docs/performance.md).
-pub const RUNTIME_PAD_V4: homa_proto::PadWindow = homa_proto::PadWindow { from: 129, to: 198 };
+pub(crate) const RUNTIME_PAD_V4: homa_proto::PadWindow =
+    homa_proto::PadWindow { from: 129, to: 198 };
 /// The same for IPv6 peers, where the slow sizes end lower (measured
 /// 130..184 slow, 188 fast).
-pub const RUNTIME_PAD_V6: homa_proto::PadWindow = homa_proto::PadWindow { from: 129, to: 188 };
+pub(crate) const RUNTIME_PAD_V6: homa_proto::PadWindow =
+    homa_proto::PadWindow { from: 129, to: 188 };
 
 impl Default for EndpointConfig {
     fn default() -> Self {
         EndpointConfig {
-            engine: homa_proto::Config {
-                max_nic_queue_ns: Some(RUNTIME_NIC_QUEUE_NS),
+            engine: homa_proto::Config::default()
+                .with_max_nic_queue_ns(RUNTIME_NIC_QUEUE_NS)
                 // UDP's own checksum already protects every datagram on a
                 // real network (and loopback cannot corrupt); the engine's
                 // CRC-32C would cost ~20% of the CPU of a bulk transfer.
-                checksum: false,
+                .with_checksum(false)
                 // The runtime applies them after sending (`run_deferred`).
-                defer_acks: true,
-                pad_v4: RUNTIME_PAD_V4,
-                pad_v6: RUNTIME_PAD_V6,
-                ..homa_proto::Config::default()
-            },
+                .with_defer_acks(true)
+                .with_pad_v4(RUNTIME_PAD_V4)
+                .with_pad_v6(RUNTIME_PAD_V6),
             mtu: Some(1500),
             poll: Duration::from_micros(50),
             async_poll: Duration::from_micros(20),
@@ -196,14 +357,10 @@ mod tests {
         let c = EndpointConfig::default();
         assert_eq!(c.engine_config(false).max_packet_size, 1472);
         assert_eq!(c.engine_config(true).max_packet_size, 1452);
-        let keep = EndpointConfig {
-            mtu: None,
-            engine: homa_proto::Config {
-                max_packet_size: 9000,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let keep = EndpointConfig::builder()
+            .mtu(None)
+            .engine(|e| e.with_max_packet_size(9000))
+            .build();
         assert_eq!(keep.engine_config(true).max_packet_size, 9000);
     }
 
@@ -214,10 +371,7 @@ mod tests {
             c.engine_config(false).rpc_id_seed,
             c.engine_config(false).rpc_id_seed
         );
-        let pinned = EndpointConfig {
-            rpc_id_seed: Some(77),
-            ..Default::default()
-        };
+        let pinned = EndpointConfig::builder().rpc_id_seed(77).build();
         assert_eq!(pinned.engine_config(false).rpc_id_seed, 77);
     }
 
@@ -227,11 +381,68 @@ mod tests {
         assert_eq!(c.tos(0), 0);
         assert_eq!(c.tos(7), 56 << 2);
         assert_eq!(c.tos(200), 56 << 2);
-        let bad = EndpointConfig {
-            dscp: [64; 8],
-            ..Default::default()
-        };
+        let bad = EndpointConfig::builder().dscp([64; 8]).build();
         assert!(bad.validate().is_err());
         assert!(EndpointConfig::default().validate().is_ok());
+    }
+
+    #[test]
+    fn builder_setters_document_the_real_defaults() {
+        // The values each setter's doc names as its default.
+        let d = EndpointConfig::default();
+        assert_eq!(d.mtu, Some(1500));
+        assert_eq!(d.poll, Duration::from_micros(50));
+        assert_eq!(d.dscp, [0, 8, 16, 24, 32, 40, 48, 56]);
+        assert!(d.gso && d.gro && d.dont_fragment && d.fail_on_unreachable);
+        assert_eq!(d.socket_buffer_bytes, 4 << 20);
+        assert_eq!((d.recv_batch, d.send_batch), (32, 128));
+        assert_eq!(d.rpc_id_seed, None);
+        assert!(d.fault.is_none());
+        // The engine part: the engine's defaults but four.
+        let e = &d.engine;
+        assert_eq!(e.max_nic_queue_ns, Some(20_000));
+        assert!(!e.checksum);
+        assert!(e.defer_acks);
+        assert_eq!((e.pad_v4.from, e.pad_v4.to), (129, 198));
+        assert_eq!((e.pad_v6.from, e.pad_v6.to), (129, 188));
+        let plain = homa_proto::Config::default()
+            .with_max_nic_queue_ns(20_000)
+            .with_checksum(false)
+            .with_defer_acks(true)
+            .with_pad_v4(RUNTIME_PAD_V4)
+            .with_pad_v6(RUNTIME_PAD_V6);
+        assert_eq!(*e, plain);
+    }
+
+    #[test]
+    fn builder_sets_each_setting_and_keeps_the_rest() {
+        let c = EndpointBuilder::new()
+            .mtu(9000)
+            .poll(Duration::ZERO)
+            .dscp([1; 8])
+            .gso(false)
+            .gro(false)
+            .socket_buffer_bytes(1 << 20)
+            .dont_fragment(false)
+            .recv_batch(4)
+            .send_batch(8)
+            .rpc_id_seed(5)
+            .fail_on_unreachable(false)
+            .engine(|e| e.with_rpc_timeout_ns(7_000_000))
+            .build();
+        assert_eq!(c.mtu, Some(9000));
+        assert_eq!(c.poll, Duration::ZERO);
+        assert_eq!(c.dscp, [1; 8]);
+        assert!(!c.gso && !c.gro && !c.dont_fragment && !c.fail_on_unreachable);
+        assert_eq!(c.socket_buffer_bytes, 1 << 20);
+        assert_eq!((c.recv_batch, c.send_batch), (4, 8));
+        assert_eq!(c.rpc_id_seed, Some(5));
+        assert_eq!(c.engine.rpc_timeout_ns, 7_000_000);
+        // The engine closure starts from the runtime's engine defaults.
+        assert!(!c.engine.checksum && c.engine.defer_acks);
+        // A builder from a config starts there.
+        let again = EndpointBuilder::from(c.clone()).build();
+        assert_eq!(again.mtu, Some(9000));
+        assert_eq!(again.engine, c.engine);
     }
 }

@@ -8,7 +8,7 @@
 //! thread sleeps and the background thread watches the socket for it (one
 //! handoff). The background thread also runs the engine's timers.
 
-use crate::config::EndpointConfig;
+use crate::config::{EndpointBuilder, EndpointConfig};
 use crate::driver::{ClientRpcs, Driver, RpcResult, Target};
 use crate::error::{Error, Result};
 use crate::handoff::Roles;
@@ -102,25 +102,35 @@ pub struct Responder {
 /// The outcome of a shared RPC (see [`Endpoint::send_request_shared`]).
 #[derive(Debug)]
 pub struct Response {
+    /// The id [`Endpoint::send_request_shared`] returned.
     pub id: RpcId,
+    /// The server the request went to.
     pub peer: SocketAddr,
+    /// The response, or why there is none.
     pub result: Result<Message>,
 }
 
 impl Endpoint {
+    /// A builder of endpoint settings, each setter naming its default; its
+    /// `bind(addr)` opens the endpoint:
+    /// `Endpoint::builder().poll(Duration::from_micros(20)).bind("127.0.0.1:0")`.
+    pub fn builder() -> EndpointBuilder {
+        EndpointBuilder::new()
+    }
+
     /// Opens an endpoint on `addr` with the default configuration. Port 0
     /// picks a free port; `[::]` serves IPv4 and IPv6.
     pub fn bind(addr: impl ToSocketAddrs) -> Result<Endpoint> {
         Self::bind_with(addr, EndpointConfig::default())
     }
 
-    /// Opens an endpoint on `addr` with `cfg`.
+    /// Opens an endpoint on `addr` with `cfg` (from
+    /// [`EndpointConfig::builder`] or another endpoint's [`Self::config`]).
     pub fn bind_with(addr: impl ToSocketAddrs, cfg: EndpointConfig) -> Result<Endpoint> {
-        let addr = addr
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| Error::InvalidArgument("no address to bind".into()))?;
-        cfg.validate().map_err(Error::InvalidArgument)?;
+        let addr = addr.to_socket_addrs()?.next().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to bind")
+        })?;
+        cfg.validate().map_err(Error::InvalidConfig)?;
         let engine_cfg = cfg.engine_config(addr.is_ipv6());
         let sock = UdpSocket::bind(
             addr,
@@ -136,7 +146,7 @@ impl Endpoint {
         )?;
         let base_ns = monotonic_ns();
         let engine = homa_proto::Endpoint::new(engine_cfg.clone(), 0)
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+            .map_err(|e| Error::InvalidConfig(e.0))?;
         let driver = Driver {
             engine,
             rx: RxBatch::new(cfg.recv_batch),
@@ -342,7 +352,7 @@ impl Endpoint {
     /// on another thread: move the [`Request`] there and reply from there.
     /// Inside the handler, this endpoint's blocking waits (`call`,
     /// `PendingRpc::wait`, `recv_request`...) return
-    /// [`Error::InvalidArgument`]; starting RPCs and replying work.
+    /// [`Error::WaitInHandler`]; starting RPCs and replying work.
     ///
     /// Any number of threads may serve the same endpoint, alongside threads
     /// using [`Self::recv_request`]; requests that another thread's pass
@@ -452,7 +462,9 @@ pub(crate) fn dur_ns(d: Duration) -> u64 {
 }
 
 impl PendingRpc {
-    /// The RPC's id.
+    /// The RPC's id: unique among this endpoint's client RPCs, and what the
+    /// server sees as [`Request::id`] (with this endpoint's address as
+    /// [`Request::peer`]).
     pub fn id(&self) -> RpcId {
         self.id
     }
@@ -476,7 +488,7 @@ impl PendingRpc {
     /// socket); `None` otherwise, and the RPC stays pending.
     pub fn try_wait(&mut self) -> Option<Result<Message>> {
         if self.finished {
-            return Some(Err(Error::InvalidArgument("response already taken".into())));
+            return Some(Err(Error::ResponseTaken));
         }
         if !self.slot.is_done() {
             self.shared.drive_once();
@@ -543,9 +555,12 @@ impl Request {
     pub fn peer(&self) -> SocketAddr {
         self.responder.rpc.peer
     }
-    /// The client's id for this RPC (unique per client endpoint).
-    pub fn id(&self) -> u64 {
-        self.responder.rpc.id
+    /// The RPC's id: the same [`RpcId`] the client got from
+    /// [`PendingRpc::id`] or [`Endpoint::send_request_shared`]. Ids are
+    /// chosen by the client endpoint, so on a server only the pair
+    /// ([`Self::peer`], `id`) identifies an RPC.
+    pub fn id(&self) -> RpcId {
+        self.responder.id()
     }
     /// The request's bytes.
     pub fn message(&self) -> &Message {
@@ -579,6 +594,10 @@ impl Responder {
     /// The client's address.
     pub fn peer(&self) -> SocketAddr {
         self.rpc.peer
+    }
+    /// The RPC's id (see [`Request::id`]).
+    pub fn id(&self) -> RpcId {
+        RpcId(self.rpc.id)
     }
     /// Sends the response.
     pub fn reply(mut self, response: impl Into<Outgoing>) -> Result<()> {

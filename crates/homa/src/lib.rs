@@ -29,6 +29,21 @@
 //! Waiting: a thread that waits for a response or a request first
 //! busy-polls the socket for [`EndpointConfig::poll`] (50 µs by default),
 //! running the engine itself, and only then sleeps. See `docs/runtime.md`.
+//!
+//! Linux only: the runtime uses `recvmmsg`/`sendmmsg`, UDP GSO/GRO,
+//! `MSG_ERRQUEUE`, `eventfd` and `ppoll` directly (the engine,
+//! `homa-proto`, is portable).
+
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "the `homa` crate runs only on Linux (it uses recvmmsg/sendmmsg, UDP GSO/GRO, \
+     MSG_ERRQUEUE, eventfd and ppoll); the portable protocol engine is `homa-proto`"
+);
+
+/// The examples in the crate's README.md, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 #[cfg(feature = "tokio")]
 mod async_api;
@@ -38,6 +53,8 @@ mod endpoint;
 mod error;
 mod handoff;
 mod message;
+#[cfg(feature = "metrics")]
+mod publish;
 mod serve;
 mod shared;
 mod socket;
@@ -47,14 +64,24 @@ mod wait;
 
 #[cfg(feature = "tokio")]
 pub use async_api::{RecvRequestFuture, RecvResponseFuture, Requests, RpcFuture};
-pub use config::{EndpointConfig, RUNTIME_NIC_QUEUE_NS, RUNTIME_PAD_V4, RUNTIME_PAD_V6};
+pub use config::{EndpointBuilder, EndpointConfig};
 pub use endpoint::{Endpoint, PendingRpc, Request, Responder, Response, RuntimeStats};
 pub use error::{Error, Result};
 pub use message::{Message, MessageReader};
-pub use socket::{FaultInjector, SocketStats};
+/// Test hook: random packet loss at the socket layer, set with
+/// [`EndpointBuilder::fault`] (`test-hooks` feature; not part of the stable API).
+#[cfg(feature = "test-hooks")]
+pub use socket::FaultInjector;
+pub use socket::SocketStats;
 
+/// The one id type of RPCs in this API: [`PendingRpc::id`],
+/// [`Endpoint::send_request_shared`], [`Response::id`] and
+/// [`Request::id`] all return it. The client endpoint picks it (unique among
+/// its own RPCs, from a per-incarnation seed), so a client's id alone
+/// identifies its RPC, while a server must pair it with the peer's address
+/// ([`Request::peer`]): two clients may use the same id.
+pub use homa_proto::RpcId;
 /// The engine's types that appear in this API.
 pub use homa_proto::{
-    Config as EngineConfig, DropReason, EndpointStats, Metrics, Outgoing, RpcId, SendBuf,
-    SendBufError,
+    Config as EngineConfig, DropReason, EndpointStats, Metrics, Outgoing, SendBuf, SendBufError,
 };

@@ -80,11 +80,7 @@ pub(crate) struct Serving<'a> {
 /// The error of a blocking wait on an endpoint from inside its own serve
 /// handler, which would wait for the handler itself.
 pub(crate) fn wait_in_handler() -> Error {
-    Error::InvalidArgument(
-        "cannot wait on an endpoint inside its own serve handler (the handler holds \
-         its engine; move the work to another thread)"
-            .into(),
-    )
+    Error::WaitInHandler
 }
 
 impl Shared {

@@ -91,15 +91,13 @@ impl Shared {
 
     pub(crate) fn check_peer(&self, peer: &SocketAddr) -> Result<()> {
         if peer.port() == 0 || peer.ip().is_unspecified() || peer.ip().is_multicast() {
-            return Err(Error::InvalidArgument(format!(
-                "{peer} is not a unicast peer address"
-            )));
+            return Err(Error::InvalidPeer(*peer));
         }
         if !self.sock.can_reach(peer) {
-            return Err(Error::InvalidArgument(format!(
-                "{peer} is not reachable from a socket bound to {}",
-                self.sock.local_addr()
-            )));
+            return Err(Error::UnreachableFamily {
+                peer: *peer,
+                local: self.sock.local_addr(),
+            });
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 //! server application and 10,000 outstanding RPCs on one endpoint.
 
 use bytes::Bytes;
-use homa::{Endpoint, EndpointConfig, Error, FaultInjector};
+use homa::{Endpoint, EndpointBuilder, EndpointConfig, Error, FaultInjector};
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,11 +22,12 @@ fn payload(len: usize, seed: u64) -> Vec<u8> {
 }
 
 fn cfg() -> EndpointConfig {
-    EndpointConfig {
-        // Short waits keep the tests quick on a busy machine.
-        poll: Duration::from_micros(20),
-        ..Default::default()
-    }
+    builder().build()
+}
+
+fn builder() -> EndpointBuilder {
+    // Short waits keep the tests quick on a busy machine.
+    Endpoint::builder().poll(Duration::from_micros(20))
 }
 
 /// An echo server with `threads` workers; returns its endpoint and workers.
@@ -42,7 +43,7 @@ fn echo_server(addr: &str, c: EndpointConfig, threads: usize) -> (Endpoint, Vec<
                         Ok(req) => {
                             let body = Bytes::from(req.message().to_vec());
                             match req.reply(body) {
-                                Ok(()) | Err(Error::InvalidArgument(_)) => n += 1,
+                                Ok(()) | Err(Error::UnknownRpc) => n += 1,
                                 Err(Error::Shutdown) => return n,
                                 Err(e) => panic!("reply failed: {e}"),
                             }
@@ -205,7 +206,7 @@ fn ipv6_loopback_and_dual_stack() {
     let v4: SocketAddr = "127.0.0.1:9".parse().unwrap();
     assert!(matches!(
         client.call(v4, &b"x"[..]),
-        Err(Error::InvalidArgument(_))
+        Err(Error::UnreachableFamily { peer, .. }) if peer == v4
     ));
     // A dual-stack endpoint talks to v4 peers.
     if let Ok(dual) = Endpoint::bind_with("[::]:0", cfg()) {
@@ -219,13 +220,14 @@ fn ipv6_loopback_and_dual_stack() {
 
 #[test]
 fn injected_loss_is_recovered() {
-    let lossy = |seed| EndpointConfig {
-        fault: Some(FaultInjector {
-            rx_loss: 0.05,
-            tx_loss: 0.05,
-            seed,
-        }),
-        ..cfg()
+    let lossy = |seed| {
+        builder()
+            .fault(FaultInjector {
+                rx_loss: 0.05,
+                tx_loss: 0.05,
+                seed,
+            })
+            .build()
     };
     let (server, workers) = echo_server("127.0.0.1:0", lossy(1), 1);
     let addr = server.local_addr();
@@ -383,21 +385,20 @@ fn unreachable_peer_fails_fast() {
     let bad: SocketAddr = "127.0.0.1:0".parse().unwrap();
     assert!(matches!(
         client.call(bad, &b"x"[..]),
-        Err(Error::InvalidArgument(_))
+        Err(Error::InvalidPeer(a)) if a == bad
     ));
 }
 
 #[test]
 fn unresponsive_server_application_stays_bounded_and_clients_time_out() {
     // The server endpoint is open but its application never receives.
-    let server_cfg = EndpointConfig {
-        engine: homa::EngineConfig {
-            max_server_rpcs_per_peer: 64,
-            pool_bytes: 4 << 20,
-            ..Default::default()
-        },
-        ..cfg()
-    };
+    let server_cfg = builder()
+        .engine(|_| {
+            homa::EngineConfig::default()
+                .with_max_server_rpcs_per_peer(64)
+                .with_pool_bytes(4 << 20)
+        })
+        .build();
     let server = Endpoint::bind_with("127.0.0.1:0", server_cfg).unwrap();
     let addr = server.local_addr();
     let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
@@ -519,7 +520,7 @@ fn priority_is_carried_as_dscp_per_packet() {
     };
     assert_eq!(r, 0);
     let dscp = [1, 2, 3, 4, 5, 6, 7, 46];
-    let client = Endpoint::bind_with("127.0.0.1:0", EndpointConfig { dscp, ..cfg() }).unwrap();
+    let client = Endpoint::bind_with("127.0.0.1:0", builder().dscp(dscp).build()).unwrap();
     // A short request goes out at the highest unscheduled level (7), a
     // long one's first packets at a lower unscheduled level.
     let _short = client
@@ -614,14 +615,10 @@ fn protocol_timers_run_while_traffic_never_stops() {
     let (server, workers) = echo_server("127.0.0.1:0", cfg(), 1);
     let addr = server.local_addr();
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let client_cfg = EndpointConfig {
-        engine: homa::EngineConfig {
-            rpc_timeout_ns: 100_000_000,
-            ..EndpointConfig::default().engine
-        },
-        fail_on_unreachable: false,
-        ..cfg()
-    };
+    let client_cfg = builder()
+        .engine(|e| e.with_rpc_timeout_ns(100_000_000))
+        .fail_on_unreachable(false)
+        .build();
     let client = Endpoint::bind_with("127.0.0.1:0", client_cfg).unwrap();
     let start = Instant::now();
     let mut doomed = client
@@ -664,14 +661,13 @@ fn a_response_the_pool_cannot_hold_fails_with_pool_exhausted() {
     // fails with PoolExhausted after the RPC timeout instead of hanging.
     let (server, workers) = echo_server("127.0.0.1:0", cfg(), 1);
     let addr = server.local_addr();
-    let client_cfg = EndpointConfig {
-        engine: homa::EngineConfig {
-            pool_bytes: 1 << 20,
-            rpc_timeout_ns: 300_000_000,
-            ..Default::default()
-        },
-        ..cfg()
-    };
+    let client_cfg = builder()
+        .engine(|_| {
+            homa::EngineConfig::default()
+                .with_pool_bytes(1 << 20)
+                .with_rpc_timeout_ns(300_000_000)
+        })
+        .build();
     let client = Endpoint::bind_with("127.0.0.1:0", client_cfg).unwrap();
     let held = client.call(addr, payload(600_000, 1)).unwrap();
     assert_eq!(held.len(), 600_000);
@@ -708,14 +704,13 @@ fn settle(buf: &homa::SendBuf) -> bool {
 #[test]
 fn send_buffers_round_trip_and_are_reused() {
     for loss in [0.0, 0.05] {
-        let c = EndpointConfig {
-            fault: (loss > 0.0).then_some(FaultInjector {
+        let c = builder()
+            .fault((loss > 0.0).then_some(FaultInjector {
                 rx_loss: loss,
                 tx_loss: loss,
                 seed: 11,
-            }),
-            ..cfg()
-        };
+            }))
+            .build();
         let server = Endpoint::bind_with("127.0.0.1:0", c.clone()).unwrap();
         let addr = server.local_addr();
         let s = server.clone();
@@ -728,7 +723,7 @@ fn send_buffers_round_trip_and_are_reused() {
                     let mut out = s.new_send_buf(body.len());
                     out.write(0, &body).unwrap();
                     match req.reply(out) {
-                        Ok(()) | Err(Error::InvalidArgument(_)) => {}
+                        Ok(()) | Err(Error::UnknownRpc) => {}
                         Err(Error::Shutdown) => return,
                         Err(e) => panic!("reply failed: {e}"),
                     }
@@ -768,7 +763,7 @@ fn send_buffers_round_trip_and_are_reused() {
         assert!(big.in_flight());
         assert!(matches!(
             client.send_request(addr, big.clone()),
-            Err(Error::InvalidArgument(_))
+            Err(Error::BufferInFlight)
         ));
         let mut other = big.clone();
         assert_eq!(other.write(0, &[1]), Err(homa::SendBufError::Shared));
@@ -776,7 +771,7 @@ fn send_buffers_round_trip_and_are_reused() {
         let wrong = homa::SendBuf::new(5000, seg - 1);
         assert!(matches!(
             client.call(addr, wrong),
-            Err(Error::InvalidArgument(_))
+            Err(Error::BufferLayout { segment, expected }) if segment == seg - 1 && expected == seg
         ));
         if loss > 0.0 {
             let st = client.socket_stats();
@@ -827,4 +822,45 @@ fn runtime_stats_count_every_wait_once() {
     // its own that ended another way (a request queued by the background
     // thread): at least one per call, as each was handled on its thread.
     assert!(s.found_polling + s.slept >= calls, "{s:?}");
+}
+
+/// One id type: the server sees the id the client holds, for private and
+/// shared RPCs alike.
+#[test]
+fn request_and_client_handles_share_one_rpc_id() {
+    let server = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let addr = server.local_addr();
+    let pending = client.send_request(addr, &b"private"[..]).unwrap();
+    let shared: homa::RpcId = client.send_request_shared(addr, &b"shared"[..]).unwrap();
+    assert_ne!(pending.id(), shared);
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let req = server
+            .recv_request_timeout(Duration::from_secs(5))
+            .unwrap()
+            .expect("request within 5 s");
+        assert_eq!(req.peer(), client.local_addr());
+        let (message, responder) = req.into_parts();
+        assert_eq!(
+            responder.id(),
+            if message.to_vec() == b"private" {
+                pending.id()
+            } else {
+                shared
+            }
+        );
+        seen.push(responder.id());
+        responder.reply(message.into_bytes()).unwrap();
+    }
+    seen.sort();
+    let mut want = vec![pending.id(), shared];
+    want.sort();
+    assert_eq!(seen, want);
+    assert_eq!(pending.wait().unwrap().to_vec(), b"private");
+    let r = client
+        .recv_response_timeout(Duration::from_secs(5))
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.id, r.peer), (shared, addr));
 }

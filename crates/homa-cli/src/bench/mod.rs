@@ -38,7 +38,7 @@ pub struct HomaOpts {
     pub no_gro: bool,
     /// Send short DATA datagrams unpadded (by default 129..197-byte IPv4
     /// datagrams go out as 198 bytes, which this kernel moves faster; see
-    /// homa::RUNTIME_PAD_V4).
+    /// the runtime's default `pad_v4`).
     #[arg(long)]
     pub no_pad: bool,
     /// Let the kernel fragment packets too large for a route instead of
@@ -65,14 +65,13 @@ impl HomaOpts {
     /// The endpoint configuration, pacing to `default_gbps` unless
     /// `--link-gbps` says otherwise.
     pub fn config_with_link(&self, default_gbps: f64) -> anyhow::Result<homa::EndpointConfig> {
-        let mut cfg = homa::EndpointConfig {
-            mtu: Some(self.mtu),
-            poll: Duration::from_micros(self.poll_us),
-            gso: !self.no_gso,
-            gro: !self.no_gro,
-            dont_fragment: !self.allow_fragments,
-            ..Default::default()
-        };
+        let mut cfg = homa::Endpoint::builder()
+            .mtu(self.mtu)
+            .poll(Duration::from_micros(self.poll_us))
+            .gso(!self.no_gso)
+            .gro(!self.no_gro)
+            .dont_fragment(!self.allow_fragments)
+            .build();
         cfg.engine.link_bps = (self.link_gbps.unwrap_or(default_gbps) * 1e9) as u64;
         if self.no_pad {
             cfg.engine.pad_v4 = Default::default();
@@ -196,8 +195,10 @@ mod tests {
             homa: HomaOpts,
         }
         let on = Cli::parse_from(["t"]).homa.config().unwrap();
-        assert_eq!(on.engine.pad_v4, homa::RUNTIME_PAD_V4);
-        assert_eq!(on.engine.pad_v6, homa::RUNTIME_PAD_V6);
+        let runtime = homa::EndpointConfig::default().engine;
+        assert_eq!(on.engine.pad_v4, runtime.pad_v4);
+        assert_eq!(on.engine.pad_v6, runtime.pad_v6);
+        assert_ne!(runtime.pad_v4, Default::default());
         let off = Cli::parse_from(["t", "--no-pad"]).homa.config().unwrap();
         assert_eq!(off.engine.pad_v4, Default::default());
         assert_eq!(off.engine.pad_v6, Default::default());

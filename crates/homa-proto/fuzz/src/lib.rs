@@ -473,22 +473,20 @@ pub fn addrs() -> [SocketAddr; 5] {
 /// timers, so that a few `Advance` steps reach them. Checksums off: the fuzzer
 /// could not produce a valid CRC, and `wire` is fuzzed separately.
 pub fn engine_config() -> Config {
-    Config {
-        max_message_length: 200_000,
-        pool_bytes: 4 * BPAGE_SIZE,
-        max_peers: 3,
-        max_server_rpcs_per_peer: 4,
-        max_client_rpcs: 4,
-        resend_interval_ns: 100_000,
-        rpc_timeout_ns: 5_000_000,
-        tombstone_ns: 2_000_000,
-        peer_idle_ns: 10_000_000,
-        checksum: false,
+    Config::default()
+        .with_max_message_length(200_000)
+        .with_pool_bytes(4 * BPAGE_SIZE)
+        .with_max_peers(3)
+        .with_max_server_rpcs_per_peer(4)
+        .with_max_client_rpcs(4)
+        .with_resend_interval_ns(100_000)
+        .with_rpc_timeout_ns(5_000_000)
+        .with_tombstone_ns(2_000_000)
+        .with_peer_idle_ns(10_000_000)
+        .with_checksum(false)
         // As the UDP runtime pads short DATA datagrams.
-        pad_v4: homa_proto::PadWindow { from: 129, to: 198 },
-        pad_v6: homa_proto::PadWindow { from: 129, to: 188 },
-        ..Config::default()
-    }
+        .with_pad_v4(homa_proto::PadWindow { from: 129, to: 198 })
+        .with_pad_v6(homa_proto::PadWindow { from: 129, to: 188 })
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -854,10 +852,7 @@ const MAX_EVENTS_PER_DRAIN: usize = 100_000;
 
 impl Harness {
     fn new(defer_acks: bool) -> Harness {
-        let cfg = Config {
-            defer_acks,
-            ..engine_config()
-        };
+        let cfg = engine_config().with_defer_acks(defer_acks);
         let ep = Endpoint::new(cfg.clone(), 0).expect("engine_config is valid");
         let segment = ep.new_send_buf(0).segment();
         Harness {

@@ -91,7 +91,7 @@ fn serve(ep: &Endpoint, c: &Counters) {
             }
             Err(homa::Error::Shutdown) => return,
             // The client abandoned the RPC meanwhile.
-            Err(homa::Error::InvalidArgument(_)) => {}
+            Err(homa::Error::UnknownRpc) => {}
             Err(_) => {
                 c.errors.fetch_add(1, Relaxed);
             }

@@ -1,0 +1,139 @@
+//! The `with_*` setters of [`Config`], one per field, each naming its default.
+//! `Config` is `#[non_exhaustive]`, so code outside this crate builds one as
+//! `Config::default().with_link_bps(..).with_rtt_ns(..)`; the fields stay
+//! public to read. Kept apart from `config.rs` so that new fields there and
+//! their setters here merge independently.
+
+use crate::config::{Config, PadWindow};
+use crate::wire::MAX_PRIORITIES;
+
+/// Generates `with_<field>` setters whose doc ends in "Default: `<expr>`.",
+/// and a test that `Config::default()` has exactly those values, so the
+/// documented defaults cannot drift from the real ones. `opt` fields take
+/// `impl Into<Option<T>>`: `with_x(5)` and `with_x(None)` both work.
+macro_rules! setters {
+    ($(
+        $(#[doc = $doc:literal])*
+        $kind:ident $with:ident ( $field:ident : $ty:ty ) = $default:expr;
+    )*) => {
+        impl Config {
+            $( setters!(@one $kind, [$($doc)*], $with, $field, $ty, $default); )*
+        }
+
+        #[cfg(test)]
+        #[test]
+        fn setters_document_the_real_defaults() {
+            let d = Config::default();
+            $( assert_eq!(d.$field, $default, stringify!($field)); )*
+        }
+
+        #[cfg(test)]
+        #[test]
+        fn every_field_has_a_setter() {
+            // No `..`: a field added to `Config` without a setter here
+            // fails to compile.
+            let Config { $($field: _,)* } = Config::default();
+            let d = Config::default();
+            $( assert_eq!(Config::default().$with(d.$field.clone()), d, stringify!($with)); )*
+        }
+    };
+    (@one plain, [$($doc:literal)*], $with:ident, $field:ident, $ty:ty, $default:expr) => {
+        $(#[doc = $doc])*
+        ///
+        #[doc = concat!("Default: `", stringify!($default), "`.")]
+        #[must_use]
+        pub fn $with(mut self, value: $ty) -> Config {
+            self.$field = value;
+            self
+        }
+    };
+    (@one opt, [$($doc:literal)*], $with:ident, $field:ident, $ty:ty, $default:expr) => {
+        $(#[doc = $doc])*
+        ///
+        #[doc = concat!("Default: `", stringify!($default), "`.")]
+        #[must_use]
+        pub fn $with(mut self, value: impl Into<$ty>) -> Config {
+            self.$field = value.into();
+            self
+        }
+    };
+}
+
+setters! {
+    /// Rate of this host's link, bits per second.
+    plain with_link_bps(link_bps: u64) = 25_000_000_000;
+    /// Round-trip time (ns) for a small packet, software included.
+    plain with_rtt_ns(rtt_ns: u64) = 20_000;
+    /// Largest datagram the engine emits (UDP payload bytes, headers
+    /// included). The UDP runtime sets it from its MTU.
+    plain with_max_packet_size(max_packet_size: usize) = 1472;
+    /// Bytes each datagram costs on the wire beyond its UDP payload
+    /// (IPv4 + UDP + Ethernet + preamble and gap).
+    plain with_packet_overhead_bytes(packet_overhead_bytes: u32) = 66;
+    /// Leading bytes of each message sent without a grant; `None`: one RTT's
+    /// worth of bytes at `link_bps`.
+    opt with_unsched_bytes(unsched_bytes: Option<u32>) = None;
+    /// Bytes a scheduled message may have in flight beyond what was
+    /// received; `None`: one RTT's worth.
+    opt with_grant_window(grant_window: Option<u32>) = None;
+    /// Priority levels in use (1..=8).
+    plain with_priority_levels(priority_levels: u8) = 8;
+    /// How many of the highest levels carry unscheduled packets.
+    plain with_unsched_priorities(unsched_priorities: u8) = 4;
+    /// Message-length cutoffs of the unscheduled levels, ascending.
+    plain with_unsched_cutoffs(unsched_cutoffs: [u32; MAX_PRIORITIES]) =
+        [1_000, 10_000, 100_000, u32::MAX, u32::MAX, u32::MAX, u32::MAX, u32::MAX];
+    /// Version of `unsched_cutoffs` (change it whenever they change; not 0).
+    plain with_cutoff_version(cutoff_version: u16) = 1;
+    /// Messages the receiver grants to at once (controlled overcommitment).
+    plain with_max_overcommit(max_overcommit: usize) = 8;
+    /// Cap on granted but not yet received bytes; `None`:
+    /// `max_overcommit × grant_window`.
+    opt with_max_incoming(max_incoming: Option<u64>) = None;
+    /// Per-mille of granted bytes that go to the oldest message.
+    plain with_grant_fifo_permille(grant_fifo_permille: u32) = 50;
+    /// Per-mille of transmitted bytes that go to the oldest outgoing message.
+    plain with_pacer_fifo_permille(pacer_fifo_permille: u32) = 50;
+    /// Most ns of queued transmission in the NIC when a packet is released;
+    /// `None`: one full packet's time. (The UDP runtime's default is 20 µs.)
+    opt with_max_nic_queue_ns(max_nic_queue_ns: Option<u64>) = None;
+    /// Messages up to this many bytes skip the NIC queue limit.
+    plain with_pacer_bypass_bytes(pacer_bypass_bytes: u32) = 1_000;
+    /// Silence (ns) after which a receiver asks for missing bytes again.
+    plain with_resend_interval_ns(resend_interval_ns: u64) = 1_000_000;
+    /// Silence (ns) from a peer after which an RPC is abandoned.
+    plain with_rpc_timeout_ns(rpc_timeout_ns: u64) = 2_000_000_000;
+    /// How long (ns) a server remembers an acknowledged RPC's id.
+    plain with_tombstone_ns(tombstone_ns: u64) = 100_000_000;
+    /// A peer with no RPCs is forgotten after this long (ns).
+    plain with_peer_idle_ns(peer_idle_ns: u64) = 10_000_000_000;
+    /// Largest message accepted or sent, bytes.
+    plain with_max_message_length(max_message_length: u32) = 1_000_000;
+    /// Most concurrent server RPCs from one peer.
+    plain with_max_server_rpcs_per_peer(max_server_rpcs_per_peer: usize) = 10_000;
+    /// Most concurrent server RPCs, all peers together.
+    plain with_max_server_rpcs(max_server_rpcs: usize) = 100_000;
+    /// Most concurrent client RPCs.
+    plain with_max_client_rpcs(max_client_rpcs: usize) = 100_000;
+    /// Most peers tracked at once.
+    plain with_max_peers(max_peers: usize) = 10_000;
+    /// Receive pool size in bytes.
+    plain with_pool_bytes(pool_bytes: usize) = 64 << 20;
+    /// Compute a CRC-32C for every packet sent (received checksums are
+    /// always verified). The UDP runtime turns it off.
+    plain with_checksum(checksum: bool) = true;
+    /// Also drop received packets that carry no checksum.
+    plain with_require_checksum(require_checksum: bool) = false;
+    /// Simulation only: track pool space but do not copy payloads.
+    plain with_discard_payload(discard_payload: bool) = false;
+    /// Defer acknowledgement processing to `Endpoint::run_deferred`. The
+    /// UDP runtime turns it on.
+    plain with_defer_acks(defer_acks: bool) = false;
+    /// Zero padding of short DATA datagrams to IPv4 peers (off:
+    /// `PadWindow { from: 0, to: 0 }`).
+    plain with_pad_v4(pad_v4: PadWindow) = PadWindow::default();
+    /// The same for IPv6 peers.
+    plain with_pad_v6(pad_v6: PadWindow) = PadWindow::default();
+    /// Seed of this endpoint's first RPC id (must differ across restarts).
+    plain with_rpc_id_seed(rpc_id_seed: u64) = 1;
+}

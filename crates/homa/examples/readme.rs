@@ -1,6 +1,6 @@
 //! The example from crates/homa/README.md, kept compiling and running here.
 
-use homa::{Endpoint, Error};
+use homa::Endpoint;
 use std::time::Duration;
 
 #[tokio::main]
@@ -8,20 +8,14 @@ async fn main() -> homa::Result<()> {
     // Server: a task that answers every request with its own bytes.
     let server = Endpoint::bind("127.0.0.1:0")?;
     let addr = server.local_addr();
-    let s = server.clone();
+    // The incoming requests are a `Stream` (also `requests.next().await`
+    // without `futures`/`tokio-stream`); it ends when the endpoint shuts down.
+    let mut requests = server.requests();
     tokio::spawn(async move {
-        // TODO(#18, async API): a `Stream` of requests, `server.requests()`,
-        // will replace this loop.
-        loop {
-            match s.recv_request_async().await {
-                Ok(req) => {
-                    let (message, responder) = req.into_parts();
-                    // Replying never blocks: fine inside a task.
-                    let _ = responder.reply(message.into_bytes()); // no copy
-                }
-                Err(Error::Shutdown) => break,
-                Err(e) => eprintln!("server: {e}"),
-            }
+        while let Some(req) = requests.next().await {
+            let (message, responder) = req.into_parts();
+            // Replying never blocks: fine inside a task.
+            let _ = responder.reply(message.into_bytes()); // no copy
         }
     });
 

@@ -68,6 +68,13 @@ pub struct EndpointConfig {
     pub fail_on_unreachable: bool,
     /// Randomly lose packets at the socket layer (tests of loss recovery).
     pub fault: Option<FaultInjector>,
+    /// Set `SO_REUSEPORT` on the socket before binding, so that several
+    /// endpoints (each with its own engine, typically one per core) can bind
+    /// the same address. The kernel then steers each datagram by a hash of
+    /// its 4-tuple to one of them: every packet of an RPC shares its
+    /// client's 4-tuple, so an RPC stays on one endpoint. Every endpoint of
+    /// the group must set it (same user). Off by default.
+    pub reuse_port: bool,
 }
 
 /// Default NIC queue limit for the UDP runtime: 20 µs of transmission (about
@@ -116,6 +123,7 @@ impl Default for EndpointConfig {
             rpc_id_seed: None,
             fail_on_unreachable: true,
             fault: None,
+            reuse_port: false,
         }
     }
 }

@@ -1,10 +1,11 @@
 //! The `homa` command. Each subcommand lives in its own module; this file
 //! only parses the command line and dispatches.
 
-mod bench;
 mod client;
 mod cluster_bench;
 mod echo_bench;
+mod opts;
+mod rate_bench;
 mod server;
 mod sim;
 mod testbed;
@@ -31,6 +32,8 @@ enum Command {
     Client(client::ClientArgs),
     /// Loopback round-trip latency: Homa vs raw UDP vs TCP, per message size.
     EchoBench(echo_bench::EchoBenchArgs),
+    /// Small RPCs per second against a server with M threads: Homa vs raw UDP vs TCP.
+    RateBench(rate_bench::RateBenchArgs),
     /// Loopback throughput of large messages: Homa vs one TCP connection.
     ThroughputBench(throughput_bench::ThroughputBenchArgs),
     /// The emulated cluster: network namespaces, a bridge, priority queues (root).
@@ -46,6 +49,7 @@ fn main() -> anyhow::Result<()> {
         Command::Server(args) => server::run(args),
         Command::Client(args) => client::run(args),
         Command::EchoBench(args) => echo_bench::run(args),
+        Command::RateBench(args) => rate_bench::run(args),
         Command::ThroughputBench(args) => throughput_bench::run(args),
         Command::Testbed(args) => testbed::run(args),
         Command::Bench(args) => cluster_bench::run(args),

@@ -1,11 +1,12 @@
 //! `homa throughput-bench`: a one-way stream of large messages, each answered
 //! by a small reply, over Homa and over one TCP connection, on loopback.
 
-use crate::bench::baseline::{tcp_throughput, udp_gso_stream};
-use crate::bench::report::{gbps, print_throughput_table, to_json, ThroughputRow};
-use crate::bench::{check_payload, parse_size, payload, HomaOpts};
+use crate::opts::{parse_size, HomaOpts};
 use anyhow::Context;
 use bytes::Bytes;
+use homa_bench::baseline::{tcp_throughput, udp_gso_stream};
+use homa_bench::payload::Pattern;
+use homa_bench::stats::{gbps, print_throughput_table, to_json, ThroughputRow};
 use clap::Args;
 use std::time::{Duration, Instant};
 
@@ -108,12 +109,14 @@ fn homa_stream(
     seconds: f64,
     report: bool,
 ) -> anyhow::Result<(u64, f64)> {
-    let cfg = args.homa.config_with_link(crate::bench::LOOPBACK_GBPS)?;
+    let cfg = args.homa.config_with_link(homa_bench::LOOPBACK_GBPS)?;
     let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let addr = server.local_addr();
     let srv = server.clone();
     let reply = Bytes::from(vec![0u8; args.reply_size]);
     let size = args.size;
+    let pattern = Pattern::new(size);
+    let check = pattern.clone();
     let sink = std::thread::spawn(move || -> homa::Result<u64> {
         let mut n = 0;
         loop {
@@ -126,7 +129,7 @@ fn homa_stream(
                         )));
                     }
                     // Spot-check the bytes (every 1024th message).
-                    if n % 1024 == 0 && !check_payload(&req.message().contiguous(), 5) {
+                    if n % 1024 == 0 && !check.matches(5, &req.message().contiguous()) {
                         return Err(homa::Error::InvalidArgument(format!(
                             "message {n} arrived corrupted"
                         )));
@@ -140,8 +143,8 @@ fn homa_stream(
         }
     });
     let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg)?;
-    let data = payload(args.size, 5);
-    let msg = Bytes::from(data.clone());
+    let msg: Bytes = pattern.payload(5, args.size);
+    let data = &msg;
     // Send buffers, filled once and reused whenever the RPC that sent one
     // is over (a new one is made if all are still in flight).
     let mut bufs: Vec<homa::SendBuf> = Vec::new();
@@ -150,7 +153,7 @@ fn homa_stream(
             return b.clone();
         }
         let mut b = client.new_send_buf(data.len());
-        b.write(0, &data).expect("a new buffer is unique");
+        b.write(0, data).expect("a new buffer is unique");
         bufs.push(b.clone());
         b
     };

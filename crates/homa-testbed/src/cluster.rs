@@ -8,11 +8,11 @@
 //! then carries `load × link rate` of payload on average (plus headers,
 //! which the report's measured link utilization includes).
 
-use crate::bench::probe::{probe, probe_sizes, Baseline, ProbePoint, ProbeSpec};
-use crate::bench::{
-    run_client, start_server, ClientResult, ClientSpec, Pattern, ServerHandle, ServerSpec,
-    Transport,
+use homa_bench::node::probe::{probe, probe_sizes, Baseline, ProbePoint, ProbeSpec};
+use homa_bench::node::{
+    run_client, start_server, ClientResult, ClientSpec, ServerHandle, ServerSpec, Transport,
 };
+use homa_bench::payload::Pattern;
 use crate::cpu::{CpuSample, CpuUsage};
 use crate::netns::{run_in, spawn_in};
 use crate::progress::Bar;
@@ -20,8 +20,8 @@ use crate::report::{ClusterReport, EngineSummary, TransportResult, UnloadedRow};
 use crate::testbed::{host_addr, Testbed, TestbedConfig};
 use crate::{Error, Result};
 use homa_sim::priorities::PriorityPlan;
-use homa_sim::stats::{Completion, SlowdownTable};
-use homa_sim::workload::Workload;
+use homa_workload::stats::{Completion, SlowdownTable};
+use homa_workload::workload::Workload;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -210,7 +210,7 @@ impl Servers {
         for h in self.0.drain(..) {
             if let Err(e) = h.stop() {
                 if first.is_ok() {
-                    first = Err(e);
+                    first = Err(e.into());
                 }
             }
         }
@@ -242,7 +242,7 @@ fn start_servers(
             homa: homa.clone(),
             max_message: cfg.workload.max_len() as usize,
         };
-        s.0.push(run_in(&tb.ns(i), move || start_server(&spec))?);
+        s.0.push(run_in(&tb.ns(i), move || Ok(start_server(&spec)?))?);
     }
     Ok(s)
 }
@@ -286,7 +286,7 @@ fn probe_transport(
         homa: homa.clone(),
         pattern: pattern.clone(),
     };
-    let r = run_in(&tb.ns(0), move || probe(&spec));
+    let r = run_in(&tb.ns(0), move || Ok(probe(&spec)?));
     servers.stop()?;
     r
 }
@@ -477,7 +477,7 @@ fn run_phase(
             progress: Some(progress.clone()),
         };
         clients.push(spawn_in(&tb.ns(i), format!("client-h{i}"), move || {
-            run_client(&spec)
+            Ok(run_client(&spec)?)
         })?);
     }
     let start = Instant::now();
@@ -591,7 +591,7 @@ fn summarize(
         .map(|s| s.rtt_ns as f64 / 1e3)
         .collect();
     rtt.sort_by(f64::total_cmp);
-    let pct = |v: &[f64], p: f64| homa_sim::stats::percentile(v, p);
+    let pct = |v: &[f64], p: f64| homa_workload::stats::percentile(v, p);
     let mut lag: Vec<f64> = total
         .samples
         .iter()

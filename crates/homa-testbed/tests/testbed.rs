@@ -7,9 +7,10 @@
 //! when the test fails, and every test first removes testbeds left by dead
 //! test processes. The loopback tests at the end need nothing special.
 
-use homa_testbed::bench::{self, ClientSpec, Pattern, ServerSpec, Transport};
+use homa_bench::node::{self as bench, ClientSpec, ServerSpec, Transport};
+use homa_bench::payload::Pattern;
 use homa_testbed::cmd::is_root;
-use homa_testbed::homa_sim::workload::Workload;
+use homa_workload::workload::Workload;
 use homa_testbed::netns::{run_in, spawn_in};
 use homa_testbed::testbed::{self, host_addr, list_prefixes};
 use homa_testbed::{Testbed, TestbedConfig, TestbedGuard};
@@ -385,7 +386,7 @@ fn short_bench_run(tag: char, t: Transport) {
                 homa: homa.clone(),
                 max_message: workload.max_len() as usize,
             };
-            servers.push(run_in(&tb.ns(i), move || bench::start_server(&spec)).unwrap());
+            servers.push(run_in(&tb.ns(i), move || Ok(bench::start_server(&spec)?)).unwrap());
         }
         let mut clients = Vec::new();
         for i in 0..3 {
@@ -412,7 +413,7 @@ fn short_bench_run(tag: char, t: Transport) {
                 progress: None,
             };
             clients.push(
-                spawn_in(&tb.ns(i), format!("c{i}"), move || bench::run_client(&spec)).unwrap(),
+                spawn_in(&tb.ns(i), format!("c{i}"), move || Ok(bench::run_client(&spec)?)).unwrap(),
             );
         }
         let mut total = bench::ClientResult::default();

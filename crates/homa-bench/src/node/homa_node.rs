@@ -4,7 +4,7 @@ use super::{
     record, Arrival, ClientResult, ClientSpec, Schedule, ServerHandle, ServerSpec, ServerStats,
     Transport,
 };
-use crate::{Error, Result};
+use super::{Error, Result};
 use bytes::Bytes;
 use homa::{Endpoint, EndpointConfig, RpcId};
 use std::collections::{HashMap, VecDeque};

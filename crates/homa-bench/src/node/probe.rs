@@ -4,7 +4,7 @@
 use super::homa_node::endpoint_config;
 use super::tcp_node::{decode_header, encode_header, HEADER};
 use super::{Pattern, Transport};
-use crate::{Error, Result};
+use super::{Error, Result};
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -109,7 +109,7 @@ pub fn probe(spec: &ProbeSpec) -> Result<Vec<ProbePoint>> {
 
 /// Sizes at which to probe a workload: its smallest and largest lengths and
 /// the lengths at 24 evenly spaced quantiles (or every length, if fewer).
-pub fn probe_sizes(w: &homa_sim::workload::Workload) -> Vec<u32> {
+pub fn probe_sizes(w: &homa_workload::workload::Workload) -> Vec<u32> {
     let pts = w.points();
     let mut v: Vec<u32> = if pts.len() <= 26 {
         pts.iter().map(|p| p.0).collect()
@@ -172,7 +172,7 @@ impl Baseline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use homa_sim::workload::Workload;
+    use homa_workload::workload::Workload;
 
     #[test]
     fn baseline_interpolates_and_takes_best() {

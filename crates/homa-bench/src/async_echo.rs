@@ -4,7 +4,7 @@
 //! default worker count, as an async application would run them.
 
 use crate::baseline::MAX_UDP_PAYLOAD;
-use crate::payload::Pattern;
+use crate::payload::Payloads;
 use crate::stats::{new_histogram, record};
 use anyhow::Context;
 use hdrhistogram::Histogram;
@@ -89,8 +89,8 @@ async fn homa_async(
         }
     });
     let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
-    let pattern = Pattern::new(size);
-    let msg = pattern.payload(5, size);
+    let payloads = Payloads::new(size);
+    let msg = payloads.payload(5, size);
     let mut h = new_histogram();
     let result = async {
         for i in 0..warmup + count {
@@ -102,7 +102,7 @@ async fn homa_async(
             anyhow::ensure!(reply.len() == size, "echo of {} bytes, sent {size}", reply.len());
             if i == 0 || i + 1 == warmup + count {
                 anyhow::ensure!(
-                    pattern.matches(5, &reply.contiguous()),
+                    payloads.matches(5, &reply.contiguous()),
                     "Homa echo corrupted the payload"
                 );
             }
@@ -132,8 +132,8 @@ async fn tokio_udp(size: usize, count: u64, warmup: u64) -> anyhow::Result<Histo
     let echo = tokio::spawn(udp_echo(server));
     let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
     client.connect(addr).await?;
-    let pattern = Pattern::new(size);
-    let msg = pattern.payload(6, size);
+    let payloads = Payloads::new(size);
+    let msg = payloads.payload(6, size);
     let mut buf = vec![0u8; 65_536];
     let mut h = new_histogram();
     let result = async {
@@ -159,7 +159,7 @@ async fn tokio_udp(size: usize, count: u64, warmup: u64) -> anyhow::Result<Histo
             }
         }
         anyhow::ensure!(
-            pattern.matches(6, &buf[..size]),
+            payloads.matches(6, &buf[..size]),
             "UDP echo corrupted the payload"
         );
         Ok(())
@@ -197,8 +197,8 @@ async fn tokio_tcp(size: usize, count: u64, warmup: u64) -> anyhow::Result<Histo
     });
     let mut c = tokio::net::TcpStream::connect(addr).await?;
     c.set_nodelay(true)?;
-    let pattern = Pattern::new(size);
-    let msg = pattern.payload(7, size);
+    let payloads = Payloads::new(size);
+    let msg = payloads.payload(7, size);
     let mut buf = vec![0u8; size];
     let mut h = new_histogram();
     let result = async {
@@ -214,7 +214,7 @@ async fn tokio_tcp(size: usize, count: u64, warmup: u64) -> anyhow::Result<Histo
                 record(&mut h, t0.elapsed().as_nanos() as u64);
             }
         }
-        anyhow::ensure!(pattern.matches(7, &buf), "TCP echo corrupted the payload");
+        anyhow::ensure!(payloads.matches(7, &buf), "TCP echo corrupted the payload");
         Ok(())
     }
     .await;

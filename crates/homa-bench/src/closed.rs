@@ -3,7 +3,7 @@
 //! is reached. `homa client` runs it against any server; `rate-bench` runs
 //! N of them against its Homa server.
 
-use crate::payload::Pattern;
+use crate::payload::Payloads;
 use crate::stats::{new_histogram, record};
 use hdrhistogram::Histogram;
 use std::net::SocketAddr;
@@ -62,8 +62,8 @@ impl ClosedLoop {
 
     fn drive(&self, ep: &homa::Endpoint) -> anyhow::Result<ClosedLoopResult> {
         const SEQ: u64 = 6;
-        let pattern = Pattern::new(self.size);
-        let msg = pattern.payload(SEQ, self.size);
+        let payloads = Payloads::new(self.size);
+        let msg = payloads.payload(SEQ, self.size);
         let start = Instant::now();
         let from = self.measure_from.unwrap_or(start);
         let mut r = ClosedLoopResult {
@@ -107,7 +107,7 @@ impl ClosedLoop {
                     r.completed += 1;
                     r.bytes_back += m.len() as u64;
                     // An echo server returns the payload; check it when it does.
-                    if m.len() == self.size && !pattern.matches(SEQ, &m.contiguous()) {
+                    if m.len() == self.size && !payloads.matches(SEQ, &m.contiguous()) {
                         r.bad_echo += 1;
                     }
                     if now >= from && self.until.map_or(true, |u| now < u) {

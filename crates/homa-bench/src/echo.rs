@@ -5,7 +5,7 @@
 
 use crate::async_echo::{self, AsyncTransport};
 use crate::baseline::{tcp_pingpong, udp_pingpong, MAX_UDP_PAYLOAD};
-use crate::payload::Pattern;
+use crate::payload::Payloads;
 use crate::stats::{new_histogram, record, LatencyRow};
 use anyhow::Context;
 use hdrhistogram::Histogram;
@@ -300,8 +300,8 @@ pub fn homa_echo(
                 }
             })?;
     let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg)?;
-    let pattern = Pattern::new(size);
-    let msg = pattern.payload(4, size);
+    let payloads = Payloads::new(size);
+    let msg = payloads.payload(4, size);
     let mut h = new_histogram();
     let result = (|| -> anyhow::Result<()> {
         for i in 0..warmup + count {
@@ -318,7 +318,7 @@ pub fn homa_echo(
             );
             if i == 0 || i + 1 == warmup + count {
                 anyhow::ensure!(
-                    pattern.matches(4, &reply.contiguous()),
+                    payloads.matches(4, &reply.contiguous()),
                     "Homa echo corrupted the payload"
                 );
             }

@@ -5,7 +5,7 @@
 //! options in, these functions called, rows printed); nothing here parses a
 //! command line.
 //!
-//! * [`payload`]: [`payload::Pattern`], the bytes of every request.
+//! * [`payload`]: [`payload::Payloads`], the bytes of every request.
 //! * [`wait`], [`epoll`]: waiting on sockets (busy-poll then `poll(2)`; an
 //!   epoll loop and a timerfd for event-driven servers).
 //! * [`stats`]: latency histograms (hdrhistogram), rows, tables, `--json`.
@@ -18,6 +18,8 @@
 //! * [`node`]: the cluster benchmark's node programs (the Linux module's
 //!   cp_node): echo servers and open-loop clients over Homa or TCP, and the
 //!   unloaded-RTT probe.
+//! * [`throughput`]: `throughput-bench`, large messages: Homa, one TCP
+//!   connection, a raw UDP GSO blast.
 //! * [`machine`]: the load average and whether other processes hold the CPUs.
 
 pub mod async_echo;
@@ -30,6 +32,7 @@ pub mod node;
 pub mod payload;
 pub mod rate;
 pub mod stats;
+pub mod throughput;
 pub mod wait;
 
 /// Default link rate for endpoints on a real network (Gbit/s).

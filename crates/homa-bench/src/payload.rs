@@ -6,25 +6,25 @@ use bytes::Bytes;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// Bytes that make up every payload.
+/// The source of every payload: a buffer of random bytes.
 #[derive(Clone)]
-pub struct Pattern {
+pub struct Payloads {
     bytes: Bytes,
 }
 
-/// Offsets into the pattern vary over this range.
-const PATTERN_SLACK: usize = 1 << 16;
+/// Offsets into the payloads vary over this range.
+const SLACK: usize = 1 << 16;
 
-impl Pattern {
-    /// A pattern long enough for messages of up to `max_len` bytes.
-    pub fn new(max_len: usize) -> Pattern {
-        let mut v = vec![0u8; max_len + PATTERN_SLACK + 8];
+impl Payloads {
+    /// Payloads for messages of up to `max_len` bytes.
+    pub fn new(max_len: usize) -> Payloads {
+        let mut v = vec![0u8; max_len + SLACK + 8];
         ChaCha8Rng::seed_from_u64(0x5eed_1e55).fill_bytes(&mut v);
-        Pattern { bytes: v.into() }
+        Payloads { bytes: v.into() }
     }
     /// The payload of RPC `seq` of length `len` (a zero-copy slice).
     pub fn payload(&self, seq: u64, len: usize) -> Bytes {
-        let off = (seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize % PATTERN_SLACK;
+        let off = (seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize % SLACK;
         self.bytes.slice(off..off + len)
     }
     /// Whether `data` is the payload of RPC `seq`.
@@ -32,7 +32,7 @@ impl Pattern {
         data.len() <= self.max_len() && *data == *self.payload(seq, data.len())
     }
     pub fn max_len(&self) -> usize {
-        self.bytes.len() - PATTERN_SLACK - 8
+        self.bytes.len() - SLACK - 8
     }
 }
 
@@ -42,7 +42,7 @@ mod tests {
 
     #[test]
     fn pattern_slices_differ_by_seq() {
-        let p = Pattern::new(1000);
+        let p = Payloads::new(1000);
         assert_eq!(p.payload(1, 1000).len(), 1000);
         assert_eq!(p.payload(7, 100), p.payload(7, 100));
         assert_ne!(p.payload(7, 100), p.payload(8, 100));
@@ -51,7 +51,7 @@ mod tests {
 
     #[test]
     fn corruption_is_caught() {
-        let p = Pattern::new(5000);
+        let p = Payloads::new(5000);
         let mut v = p.payload(3, 5000).to_vec();
         assert!(p.matches(3, &v));
         assert!(!p.matches(4, &v));

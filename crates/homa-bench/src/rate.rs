@@ -22,7 +22,7 @@
 
 use crate::closed::ClosedLoop;
 use crate::epoll::{Epoll, ERR, IN, OUT};
-use crate::payload::Pattern;
+use crate::payload::Payloads;
 use crate::stats::{new_histogram, record};
 use crate::wait::wait_fd;
 use anyhow::Context;
@@ -285,17 +285,17 @@ fn run_one(spec: &RateBench, t: RateTransport, m: usize) -> anyhow::Result<RunRe
         end: start + Duration::from_secs_f64(spec.seconds),
         max_rpcs: spec.max_rpcs,
     };
-    let pattern = Pattern::new(spec.size);
+    let payloads = Payloads::new(spec.size);
     let mut clients: Vec<JoinHandle<anyhow::Result<ClientTally>>> = Vec::new();
     let mut spawn_error = None;
     for c in 0..spec.clients {
-        let (addr, k, size, pattern) = (server.addr, spec.outstanding, spec.size, pattern.clone());
+        let (addr, k, size, payloads) = (server.addr, spec.outstanding, spec.size, payloads.clone());
         let mut cfg = spec.homa.clone();
         cfg.poll = Duration::ZERO;
         let body = move || match t {
             RateTransport::Homa => homa_client(cfg, addr, k, size, &w),
-            RateTransport::Udp => udp_client(addr, k, &pattern, size, &w),
-            RateTransport::Tcp => tcp_client(addr, k, &pattern, size, &w),
+            RateTransport::Udp => udp_client(addr, k, &payloads, size, &w),
+            RateTransport::Tcp => tcp_client(addr, k, &payloads, size, &w),
         };
         match std::thread::Builder::new()
             .name(format!("rate-client-{c}"))
@@ -617,14 +617,14 @@ fn udp_echo_batches(sock: &UdpSocket, poll: Duration, stop: &AtomicBool) -> io::
 fn udp_client(
     server: SocketAddr,
     k: usize,
-    pattern: &Pattern,
+    payloads: &Payloads,
     size: usize,
     w: &Window,
 ) -> anyhow::Result<ClientTally> {
     let sock = UdpSocket::bind("127.0.0.1:0")?;
     sock.connect(server)?;
     sock.set_read_timeout(Some(Duration::from_millis(20)))?;
-    let mut msg = pattern.payload(0, size).to_vec();
+    let mut msg = payloads.payload(0, size).to_vec();
     // Per slot: generation, and when its request was (last) sent.
     let mut slots: Vec<(u32, Option<Instant>)> = vec![(0, None); k];
     let mut send = |slot: usize, generation: u32| -> io::Result<()> {
@@ -834,14 +834,14 @@ fn flush(c: &mut Conn) -> io::Result<()> {
 fn tcp_client(
     server: SocketAddr,
     k: usize,
-    pattern: &Pattern,
+    payloads: &Payloads,
     size: usize,
     w: &Window,
 ) -> anyhow::Result<ClientTally> {
     let mut s = TcpStream::connect_timeout(&server, Duration::from_secs(2))?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(Duration::from_millis(50)))?;
-    let msg = pattern.payload(0, size);
+    let msg = payloads.payload(0, size);
     let mut tally = ClientTally::new();
     // Send times of the outstanding requests, oldest first (echoes return
     // in order on one connection).

@@ -7,7 +7,7 @@
 use crate::testbed::UpArgs;
 use clap::{Args, Subcommand};
 use homa_bench::node::{self as bench, ClientSpec, Transport};
-use homa_bench::payload::Pattern;
+use homa_bench::payload::Payloads;
 use homa_testbed::cluster::{self, ClusterConfig};
 use homa_bench::stats::latency_by_size_decile;
 use homa_workload::workload::Workload;
@@ -221,7 +221,7 @@ fn client(a: OpenLoopArgs) -> anyhow::Result<()> {
                     .collect()
             })
             .collect(),
-        pattern: Pattern::new(w.max_len() as usize),
+        payloads: Payloads::new(w.max_len() as usize),
         homa: a.engine.config(&w),
         homa_endpoint: None,
         workload: Arc::new(w),

@@ -12,7 +12,7 @@ use homa_bench::node::probe::{probe, probe_sizes, Baseline, ProbePoint, ProbeSpe
 use homa_bench::node::{
     run_client, start_server, ClientResult, ClientSpec, ServerHandle, ServerSpec, Transport,
 };
-use homa_bench::payload::Pattern;
+use homa_bench::payload::Payloads;
 use crate::cpu::{CpuSample, CpuUsage};
 use crate::netns::{run_in, spawn_in};
 use crate::progress::Bar;
@@ -271,7 +271,7 @@ fn probe_transport(
     homa: &homa::EndpointConfig,
     cfg: &ClusterConfig,
     sizes: Vec<u32>,
-    pattern: &Pattern,
+    payloads: &Payloads,
     budget_per_size: Duration,
 ) -> Result<Vec<ProbePoint>> {
     let mut servers = start_servers(tb, t, homa, cfg, std::iter::once(1))?;
@@ -284,7 +284,7 @@ fn probe_transport(
         min_reps: 5,
         budget_per_size,
         homa: homa.clone(),
-        pattern: pattern.clone(),
+        payloads: payloads.clone(),
     };
     let r = run_in(&tb.ns(0), move || Ok(probe(&spec)?));
     servers.stop()?;
@@ -306,7 +306,7 @@ pub fn run(cfg: &ClusterConfig) -> Result<ClusterReport> {
 pub fn run_on(tb: &Testbed, cfg: &ClusterConfig) -> Result<ClusterReport> {
     cfg.validate()?;
     let n = tb.hosts();
-    let pattern = Pattern::new(cfg.workload.max_len() as usize);
+    let payloads = Payloads::new(cfg.workload.max_len() as usize);
     let mut notes = Vec::new();
 
     // Background CPU use of the machine (other tenants) with the testbed idle.
@@ -326,7 +326,7 @@ pub fn run_on(tb: &Testbed, cfg: &ClusterConfig) -> Result<ClusterReport> {
                 &probe_cfg,
                 cfg,
                 vec![1400],
-                &pattern,
+                &payloads,
                 Duration::from_millis(300),
             )?;
             p[0].p50_ns
@@ -346,7 +346,7 @@ pub fn run_on(tb: &Testbed, cfg: &ClusterConfig) -> Result<ClusterReport> {
             cfg.progress,
         );
         bar.update(&format!("{} sizes", sizes.len()));
-        let pts = probe_transport(tb, t, &homa_cfg, cfg, sizes.clone(), &pattern, budget)?;
+        let pts = probe_transport(tb, t, &homa_cfg, cfg, sizes.clone(), &payloads, budget)?;
         bar.finish(&format!(
             "{} sizes, smallest {:.0} µs",
             pts.len(),
@@ -376,7 +376,7 @@ pub fn run_on(tb: &Testbed, cfg: &ClusterConfig) -> Result<ClusterReport> {
     let workload = Arc::new(cfg.workload.clone());
     let mut results = Vec::new();
     for &t in &cfg.transports {
-        let r = run_phase(tb, cfg, t, &homa_cfg, &workload, &pattern, &baseline)?;
+        let r = run_phase(tb, cfg, t, &homa_cfg, &workload, &payloads, &baseline)?;
         if r.cpu_saturated {
             notes.push(format!(
                 "{t}: the machine's CPUs were {:.0}% busy during the run (this benchmark: {:.0}%): this result is CPU-bound, not a network result",
@@ -441,7 +441,7 @@ fn run_phase(
     t: Transport,
     homa_cfg: &homa::EndpointConfig,
     workload: &Arc<Workload>,
-    pattern: &Pattern,
+    payloads: &Payloads,
     baseline: &Baseline,
 ) -> Result<TransportResult> {
     let n = tb.hosts();
@@ -473,7 +473,7 @@ fn run_phase(
             homa_endpoint: servers.0[i].homa_endpoint.clone(),
             tcp_conns: cfg.tcp_conns,
             tcp_max_conns: cfg.tcp_max_conns.max(cfg.tcp_conns),
-            pattern: pattern.clone(),
+            payloads: payloads.clone(),
             progress: Some(progress.clone()),
         };
         clients.push(spawn_in(&tb.ns(i), format!("client-h{i}"), move || {

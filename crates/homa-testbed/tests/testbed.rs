@@ -8,7 +8,7 @@
 //! test processes. The loopback tests at the end need nothing special.
 
 use homa_bench::node::{self as bench, ClientSpec, ServerSpec, Transport};
-use homa_bench::payload::Pattern;
+use homa_bench::payload::Payloads;
 use homa_testbed::cmd::is_root;
 use homa_workload::workload::Workload;
 use homa_testbed::netns::{run_in, spawn_in};
@@ -369,7 +369,7 @@ fn short_bench_run(tag: char, t: Transport) {
     {
         let tb = up(tag, 3, 0.1, |_| {});
         let workload = Arc::new(Workload::builtin("w3").unwrap().capped(200_000));
-        let pattern = Pattern::new(workload.max_len() as usize);
+        let payloads = Payloads::new(workload.max_len() as usize);
         let mut homa = homa::EndpointConfig::default();
         homa.engine.link_bps = 97_000_000;
         homa.engine.rtt_ns = 150_000;
@@ -409,7 +409,7 @@ fn short_bench_run(tag: char, t: Transport) {
                 homa_endpoint: None,
                 tcp_conns: 2,
                 tcp_max_conns: 8,
-                pattern: pattern.clone(),
+                payloads: payloads.clone(),
                 progress: None,
             };
             clients.push(
@@ -519,7 +519,7 @@ fn loopback_client(
         transport: t,
         ip: "127.0.0.1".parse().unwrap(),
         servers,
-        pattern: Pattern::new(w.max_len() as usize),
+        payloads: Payloads::new(w.max_len() as usize),
         workload: w,
         gbps: 0.05,
         max_outstanding: 20,

@@ -133,7 +133,7 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
             let dest = ports[sched.pick(ports.len())];
             let t0 = Instant::now();
             r.issued += 1;
-            match ep.send_request_shared(dest, spec.pattern.payload(a.seq, a.len)) {
+            match ep.send_request_shared(dest, spec.payloads.payload(a.seq, a.len)) {
                 Ok(id) => {
                     pending.insert(id, (a, t0));
                 }
@@ -164,7 +164,7 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
         let (seq, len) = (a.seq, a.len);
         match resp.result {
             Ok(msg) => {
-                let expect = spec.pattern.payload(seq, len);
+                let expect = spec.payloads.payload(seq, len);
                 if msg.len() == len && msg == *expect {
                     record(&mut r, &sched, &a, t0, done, &spec.progress);
                 } else {

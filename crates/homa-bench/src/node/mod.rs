@@ -15,7 +15,7 @@ pub mod homa_node;
 pub mod probe;
 pub mod tcp_node;
 
-use crate::payload::Pattern;
+use crate::payload::Payloads;
 use homa_workload::workload::Workload;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -182,7 +182,7 @@ pub struct ClientSpec {
     pub tcp_conns: usize,
     /// ...and at most this many (more are opened while all are busy).
     pub tcp_max_conns: usize,
-    pub pattern: Pattern,
+    pub payloads: Payloads,
     /// Incremented per completed RPC (for progress bars).
     pub progress: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
@@ -211,8 +211,8 @@ impl ClientSpec {
                 "a shared Homa endpoint takes exactly one client port".into(),
             ));
         }
-        if self.workload.max_len() as usize > self.pattern.max_len() {
-            return Err(Error::Config("pattern shorter than the workload".into()));
+        if self.workload.max_len() as usize > self.payloads.max_len() {
+            return Err(Error::Config("payloads shorter than the workload".into()));
         }
         Ok(())
     }
@@ -490,7 +490,7 @@ mod tests {
             homa_endpoint: None,
             tcp_conns: 1,
             tcp_max_conns: 1,
-            pattern: Pattern::new(1000),
+            payloads: Payloads::new(1000),
             progress: None,
         }
     }

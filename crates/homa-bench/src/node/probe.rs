@@ -3,7 +3,8 @@
 
 use super::homa_node::endpoint_config;
 use super::tcp_node::{decode_header, encode_header, HEADER};
-use super::{Pattern, Transport};
+use super::Transport;
+use crate::payload::Payloads;
 use super::{Error, Result};
 use serde::Serialize;
 use std::io::{Read, Write};
@@ -33,7 +34,7 @@ pub struct ProbeSpec {
     /// Time allowed per size beyond `min_reps`.
     pub budget_per_size: Duration,
     pub homa: homa::EndpointConfig,
-    pub pattern: Pattern,
+    pub payloads: Payloads,
 }
 
 /// Measures every size (smallest first); every response is checked.
@@ -43,9 +44,9 @@ pub fn probe(spec: &ProbeSpec) -> Result<Vec<ProbePoint>> {
             SocketAddr::new(spec.ip, 0),
             endpoint_config(spec.transport, &spec.homa),
         )?;
-        let (server, pattern) = (spec.server, spec.pattern.clone());
+        let (server, payloads) = (spec.server, spec.payloads.clone());
         Box::new(move |seq, len| {
-            let req = pattern.payload(seq, len);
+            let req = payloads.payload(seq, len);
             let resp = ep.call_timeout(server, req.clone(), Duration::from_secs(5))?;
             if resp != *req {
                 return Err(Error::Bench(format!("echo of {len} bytes differs")));
@@ -56,10 +57,10 @@ pub fn probe(spec: &ProbeSpec) -> Result<Vec<ProbePoint>> {
         let mut s = TcpStream::connect_timeout(&spec.server, Duration::from_secs(3))?;
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        let pattern = spec.pattern.clone();
+        let payloads = spec.payloads.clone();
         let mut buf = Vec::new();
         Box::new(move |seq, len| {
-            let req = pattern.payload(seq, len);
+            let req = payloads.payload(seq, len);
             let mut frame = encode_header(len, seq).to_vec();
             frame.extend_from_slice(&req);
             s.write_all(&frame)?;

@@ -445,7 +445,7 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
                 r.pipelined += 1;
             }
             c.out.push(&encode_header(a.len, a.seq));
-            c.out.push(&spec.pattern.payload(a.seq, a.len));
+            c.out.push(&spec.payloads.payload(a.seq, a.len));
             c.fifo.push_back(Outstanding {
                 a,
                 started: Instant::now(),
@@ -577,7 +577,7 @@ fn client_read(
             }
             let k = (front.a.len - c.body_off).min(n - p);
             if k > 0 {
-                let expect = spec.pattern.payload(front.a.seq, front.a.len);
+                let expect = spec.payloads.payload(front.a.seq, front.a.len);
                 if scratch[p..p + k] != expect[c.body_off..c.body_off + k] {
                     c.body_ok = false;
                 }

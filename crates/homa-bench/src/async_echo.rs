@@ -4,6 +4,7 @@
 //! default worker count, as an async application would run them.
 
 use crate::baseline::MAX_UDP_PAYLOAD;
+use crate::echo::HomaEchoes;
 use crate::payload::Payloads;
 use crate::stats::{new_histogram, record};
 use anyhow::Context;
@@ -89,26 +90,17 @@ async fn homa_async(
         }
     });
     let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
-    let payloads = Payloads::new(size);
-    let msg = payloads.payload(5, size);
+    let run = HomaEchoes::new(size, 5, warmup, count);
+    let msg = run.request();
     let mut h = new_histogram();
     let result = async {
         for i in 0..warmup + count {
             let t0 = Instant::now();
-            let reply = tokio::time::timeout(ROUND_TRIP_LIMIT, client.call_async(addr, msg.clone()))
-                .await
-                .context("round trip took too long")??;
-            let ns = t0.elapsed().as_nanos() as u64;
-            anyhow::ensure!(reply.len() == size, "echo of {} bytes, sent {size}", reply.len());
-            if i == 0 || i + 1 == warmup + count {
-                anyhow::ensure!(
-                    payloads.matches(5, &reply.contiguous()),
-                    "Homa echo corrupted the payload"
-                );
-            }
-            if i >= warmup {
-                record(&mut h, ns);
-            }
+            let reply =
+                tokio::time::timeout(ROUND_TRIP_LIMIT, client.call_async(addr, msg.clone()))
+                    .await
+                    .context("round trip took too long")??;
+            run.take(i, &reply, t0.elapsed().as_nanos() as u64, &mut h)?;
         }
         Ok(())
     }

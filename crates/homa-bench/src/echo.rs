@@ -95,10 +95,7 @@ pub fn measure(args: &EchoBench) -> anyhow::Result<Vec<LatencyRow>> {
     let sizes = &args.sizes;
     let poll = args.poll;
     for t in &args.transports {
-        anyhow::ensure!(
-            TRANSPORTS.contains(&t.as_str()),
-            "unknown transport {t:?}"
-        );
+        anyhow::ensure!(TRANSPORTS.contains(&t.as_str()), "unknown transport {t:?}");
     }
     let mut rows = Vec::new();
     let rounds = if args.timetrace { 1 } else { args.rounds };
@@ -261,6 +258,60 @@ fn print_socket_times(transport: &str, events: &[homa::timetrace::TraceEvent]) {
     }
 }
 
+/// The requests of a Homa echo run and the checks of their replies (shared
+/// by the blocking and the async client).
+pub(crate) struct HomaEchoes {
+    payloads: Payloads,
+    seq: u64,
+    size: usize,
+    warmup: u64,
+    total: u64,
+}
+
+impl HomaEchoes {
+    pub(crate) fn new(size: usize, seq: u64, warmup: u64, count: u64) -> HomaEchoes {
+        HomaEchoes {
+            payloads: Payloads::new(size),
+            seq,
+            size,
+            warmup,
+            total: warmup + count,
+        }
+    }
+
+    /// Every request's bytes.
+    pub(crate) fn request(&self) -> bytes::Bytes {
+        self.payloads.payload(self.seq, self.size)
+    }
+
+    /// Checks the reply of round trip `i` (its length always, its bytes in
+    /// the first and the last) and records its time after the warm-up.
+    pub(crate) fn take(
+        &self,
+        i: u64,
+        reply: &homa::Message,
+        ns: u64,
+        h: &mut Histogram<u64>,
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            reply.len() == self.size,
+            "echo of {} bytes, sent {}",
+            reply.len(),
+            self.size
+        );
+        if i == 0 || i + 1 == self.total {
+            anyhow::ensure!(
+                self.payloads.matches(self.seq, &reply.contiguous()),
+                "Homa echo corrupted the payload"
+            );
+        }
+        if i >= self.warmup {
+            record(h, ns);
+        }
+        Ok(())
+    }
+}
+
 /// Round trips of `size`-byte echoes between two Homa endpoints.
 pub fn homa_echo(
     cfg: &homa::EndpointConfig,
@@ -300,8 +351,8 @@ pub fn homa_echo(
                 }
             })?;
     let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg)?;
-    let payloads = Payloads::new(size);
-    let msg = payloads.payload(4, size);
+    let run = HomaEchoes::new(size, 4, warmup, count);
+    let msg = run.request();
     let mut h = new_histogram();
     let result = (|| -> anyhow::Result<()> {
         for i in 0..warmup + count {
@@ -310,21 +361,7 @@ pub fn homa_echo(
             }
             let t0 = Instant::now();
             let reply = client.call(addr, msg.clone())?;
-            let ns = t0.elapsed().as_nanos() as u64;
-            anyhow::ensure!(
-                reply.len() == size,
-                "echo of {} bytes, sent {size}",
-                reply.len()
-            );
-            if i == 0 || i + 1 == warmup + count {
-                anyhow::ensure!(
-                    payloads.matches(4, &reply.contiguous()),
-                    "Homa echo corrupted the payload"
-                );
-            }
-            if i >= warmup {
-                record(&mut h, ns);
-            }
+            run.take(i, &reply, t0.elapsed().as_nanos() as u64, &mut h)?;
         }
         Ok(())
     })();
@@ -349,6 +386,13 @@ mod tests {
         }
     }
 
+    /// (transport, size, count) of each row.
+    fn shape(rows: &[LatencyRow]) -> Vec<(&str, usize, u64)> {
+        rows.iter()
+            .map(|r| (r.transport.as_str(), r.size, r.count))
+            .collect()
+    }
+
     /// Every transport is measured in every round and the rows count all
     /// round trips of all rounds.
     #[test]
@@ -365,12 +409,8 @@ mod tests {
             ..EchoBench::new(vec!["homa".into(), "udp".into(), "tcp".into()])
         };
         let rows = measure(&spec).unwrap();
-        let got: Vec<(&str, usize, u64)> = rows
-            .iter()
-            .map(|r| (r.transport.as_str(), r.size, r.count))
-            .collect();
         assert_eq!(
-            got,
+            shape(&rows),
             [
                 ("homa", 100, 31),
                 ("udp", 100, 31),
@@ -396,12 +436,8 @@ mod tests {
             ])
         };
         let rows = measure(&spec).unwrap();
-        let got: Vec<(&str, usize, u64)> = rows
-            .iter()
-            .map(|r| (r.transport.as_str(), r.size, r.count))
-            .collect();
         assert_eq!(
-            got,
+            shape(&rows),
             [
                 ("homa-async", 100, 12),
                 ("tokio-udp", 100, 12),

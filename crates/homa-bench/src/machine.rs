@@ -59,9 +59,7 @@ impl MachineLoad {
     /// or a 1-minute load average at or above the number of CPUs).
     pub fn warning(&self) -> Option<String> {
         let busy = self.busy_percent.is_some_and(|p| p > BUSY_WARN_PERCENT);
-        let loaded = self
-            .load_avg
-            .is_some_and(|l| l[0] >= self.cores as f64);
+        let loaded = self.load_avg.is_some_and(|l| l[0] >= self.cores as f64);
         (busy || loaded).then(|| {
             "WARNING: other processes are using the CPUs; the numbers below will be \
              lower and noisier than on an idle machine (compare same-run ratios only)"

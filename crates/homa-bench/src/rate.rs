@@ -47,7 +47,8 @@ pub enum RateTransport {
 }
 
 impl RateTransport {
-    pub const ALL: [RateTransport; 3] = [RateTransport::Homa, RateTransport::Udp, RateTransport::Tcp];
+    pub const ALL: [RateTransport; 3] =
+        [RateTransport::Homa, RateTransport::Udp, RateTransport::Tcp];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -173,7 +174,8 @@ pub fn run(spec: &RateBench) -> anyhow::Result<Vec<RateRow>> {
                     spec.seconds
                 );
             }
-            let r = run_one(spec, t, m).with_context(|| format!("{} with {m} thread(s)", t.name()))?;
+            let r =
+                run_one(spec, t, m).with_context(|| format!("{} with {m} thread(s)", t.name()))?;
             let row = r.row(t, m, spec.clients);
             if spec.progress {
                 eprintln!(
@@ -289,7 +291,8 @@ fn run_one(spec: &RateBench, t: RateTransport, m: usize) -> anyhow::Result<RunRe
     let mut clients: Vec<JoinHandle<anyhow::Result<ClientTally>>> = Vec::new();
     let mut spawn_error = None;
     for c in 0..spec.clients {
-        let (addr, k, size, payloads) = (server.addr, spec.outstanding, spec.size, payloads.clone());
+        let (addr, k, size, payloads) =
+            (server.addr, spec.outstanding, spec.size, payloads.clone());
         let mut cfg = spec.homa.clone();
         cfg.poll = Duration::ZERO;
         let body = move || match t {
@@ -317,7 +320,9 @@ fn run_one(spec: &RateBench, t: RateTransport, m: usize) -> anyhow::Result<RunRe
                 if tally.window_secs > 0.0 {
                     rate += tally.in_window as f64 / tally.window_secs;
                 }
-                latency.add(&tally.latency).context("merging histograms")?;
+                if let Err(e) = latency.add(&tally.latency) {
+                    first_error.get_or_insert(anyhow::anyhow!("merging histograms: {e}"));
+                }
             }
             Ok(Err(e)) => {
                 first_error.get_or_insert(e);
@@ -425,7 +430,11 @@ fn homa_client(
     if let Some(e) = r.first_error {
         anyhow::bail!("{} Homa RPCs failed; first error: {e}", r.failed);
     }
-    anyhow::ensure!(r.bad_echo == 0, "{} Homa echoes differ from their request", r.bad_echo);
+    anyhow::ensure!(
+        r.bad_echo == 0,
+        "{} Homa echoes differ from their request",
+        r.bad_echo
+    );
     Ok(ClientTally {
         in_window: r.latency.len(),
         window_secs: r.window_secs,
@@ -455,20 +464,39 @@ fn reuseport_udp(addr: SocketAddr) -> io::Result<UdpSocket> {
 /// M sockets on one address, each with a thread that echoes batches:
 /// `recvmmsg` up to [`UDP_BATCH`] datagrams, `sendmmsg` them back.
 fn udp_server(poll: Duration, m: usize) -> anyhow::Result<Server> {
-    let first = reuseport_udp("127.0.0.1:0".parse().expect("address"))?;
-    let addr = first.local_addr()?;
+    reuseport_server(
+        "udp",
+        m,
+        reuseport_udp,
+        UdpSocket::local_addr,
+        move |s: UdpSocket, stop: &AtomicBool| udp_echo_batches(&s, poll, stop),
+    )
+}
+
+/// M sockets bound by `bind` to one address (the first to an ephemeral
+/// loopback port, the others to its address), each served by its own
+/// thread running `serve` until the server is stopped.
+fn reuseport_server<S: Send + 'static>(
+    name: &str,
+    m: usize,
+    bind: impl Fn(SocketAddr) -> io::Result<S>,
+    local_addr: impl Fn(&S) -> io::Result<SocketAddr>,
+    serve: impl Fn(S, &AtomicBool) -> io::Result<u64> + Send + Clone + 'static,
+) -> anyhow::Result<Server> {
+    let first = bind("127.0.0.1:0".parse().expect("address"))?;
+    let addr = local_addr(&first)?;
     let mut socks = vec![first];
     for _ in 1..m {
-        socks.push(reuseport_udp(addr)?);
+        socks.push(bind(addr)?);
     }
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     for (i, sock) in socks.into_iter().enumerate() {
-        let stop = stop.clone();
+        let (stop, serve) = (stop.clone(), serve.clone());
         threads.push(
             std::thread::Builder::new()
-                .name(format!("rate-udp-srv-{i}"))
-                .spawn(move || udp_echo_batches(&sock, poll, &stop))?,
+                .name(format!("rate-{name}-srv-{i}"))
+                .spawn(move || serve(sock, &stop))?,
         );
     }
     Ok(Server {
@@ -647,10 +675,7 @@ fn udp_client(
         if slots.iter().all(|s| s.1.is_none()) {
             break;
         }
-        anyhow::ensure!(
-            Instant::now() < w.drain_limit(),
-            "UDP requests unanswered"
-        );
+        anyhow::ensure!(Instant::now() < w.drain_limit(), "UDP requests unanswered");
         match sock.recv(&mut buf) {
             Ok(n) if n == size => {
                 let slot = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
@@ -663,7 +688,12 @@ fn udp_client(
                 }
             }
             Ok(n) => anyhow::bail!("echo of {n} bytes, sent {size}"),
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 // Lost (a full socket buffer under load): send again.
                 for (i, s) in slots.iter_mut().enumerate() {
                     if s.1.is_some_and(|t| t.elapsed() > UDP_RESEND) {
@@ -696,29 +726,13 @@ fn reuseport_listener(addr: SocketAddr) -> io::Result<TcpListener> {
 /// M listeners on one address, each with its own epoll loop echoing whole
 /// `size`-byte messages on the connections it accepted.
 fn tcp_server(poll: Duration, m: usize, size: usize) -> anyhow::Result<Server> {
-    let first = reuseport_listener("127.0.0.1:0".parse().expect("address"))?;
-    let addr = first.local_addr()?;
-    let mut listeners = vec![first];
-    for _ in 1..m {
-        listeners.push(reuseport_listener(addr)?);
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::new();
-    for (i, l) in listeners.into_iter().enumerate() {
-        let stop = stop.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("rate-tcp-srv-{i}"))
-                .spawn(move || tcp_echo_loop(&l, size, poll, &stop))?,
-        );
-    }
-    Ok(Server {
-        addr,
-        stop: Box::new(move || {
-            stop.store(true, Relaxed);
-            join_servers(threads)
-        }),
-    })
+    reuseport_server(
+        "tcp",
+        m,
+        reuseport_listener,
+        TcpListener::local_addr,
+        move |l: TcpListener, stop: &AtomicBool| tcp_echo_loop(&l, size, poll, stop),
+    )
 }
 
 /// A server connection: bytes of an incomplete request, replies not yet
@@ -731,7 +745,12 @@ struct Conn {
 
 const LISTENER: u64 = u64::MAX;
 
-fn tcp_echo_loop(l: &TcpListener, size: usize, poll: Duration, stop: &AtomicBool) -> io::Result<u64> {
+fn tcp_echo_loop(
+    l: &TcpListener,
+    size: usize,
+    poll: Duration,
+    stop: &AtomicBool,
+) -> io::Result<u64> {
     let ep = Epoll::new()?;
     ep.add(l.as_raw_fd(), LISTENER, IN)?;
     let mut conns: Vec<Option<Conn>> = Vec::new();
@@ -778,7 +797,11 @@ fn tcp_echo_loop(l: &TcpListener, size: usize, poll: Duration, stop: &AtomicBool
                     return Ok(false);
                 }
                 flush(c)?;
-                let want = if c.out.is_empty() { IN | ERR } else { IN | OUT | ERR };
+                let want = if c.out.is_empty() {
+                    IN | ERR
+                } else {
+                    IN | OUT | ERR
+                };
                 ep.modify(c.stream.as_raw_fd(), slot as u64, want)?;
                 Ok(true)
             });
@@ -793,7 +816,12 @@ fn tcp_echo_loop(l: &TcpListener, size: usize, poll: Duration, stop: &AtomicBool
 
 /// Reads what is there and queues an echo of every message completed.
 /// Ok(false): the peer closed the connection.
-fn echo_whole_messages(c: &mut Conn, buf: &mut [u8], size: usize, served: &mut u64) -> io::Result<bool> {
+fn echo_whole_messages(
+    c: &mut Conn,
+    buf: &mut [u8],
+    size: usize,
+    served: &mut u64,
+) -> io::Result<bool> {
     loop {
         match c.stream.read(buf) {
             Ok(0) => return Ok(false),
@@ -875,7 +903,11 @@ fn tcp_client(
                 }
                 partial = total % size;
             }
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e.into()),
         }
@@ -926,9 +958,15 @@ mod tests {
             assert!(r.rpcs_per_sec > 0.0, "{r:?}");
             assert!(r.p50_us > 0.0 && r.p99_us >= r.p50_us, "{r:?}");
         }
-        let v: serde_json::Value =
-            serde_json::from_str(&crate::stats::to_json(rows)).unwrap();
-        for key in ["transport", "server_threads", "clients", "rpcs_per_sec", "p50_us", "p99_us"] {
+        let v: serde_json::Value = serde_json::from_str(&crate::stats::to_json(rows)).unwrap();
+        for key in [
+            "transport",
+            "server_threads",
+            "clients",
+            "rpcs_per_sec",
+            "p50_us",
+            "p99_us",
+        ] {
             assert!(v["rows"][0].get(key).is_some(), "{key}");
         }
     }
@@ -936,9 +974,21 @@ mod tests {
     #[test]
     fn bad_specs_are_refused() {
         let ok = tiny(vec![RateTransport::Udp], vec![1]);
-        assert!(run(&RateBench { clients: 0, ..ok.clone() }).is_err());
-        assert!(run(&RateBench { server_threads: vec![0], ..ok.clone() }).is_err());
-        assert!(run(&RateBench { size: 4, ..ok.clone() }).is_err());
+        assert!(run(&RateBench {
+            clients: 0,
+            ..ok.clone()
+        })
+        .is_err());
+        assert!(run(&RateBench {
+            server_threads: vec![0],
+            ..ok.clone()
+        })
+        .is_err());
+        assert!(run(&RateBench {
+            size: 4,
+            ..ok.clone()
+        })
+        .is_err());
         assert!(run(&RateBench { seconds: 0.0, ..ok }).is_err());
         assert_eq!(RateTransport::parse(" tcp").unwrap(), RateTransport::Tcp);
         assert!(RateTransport::parse("quic").is_err());
@@ -951,7 +1001,8 @@ mod tests {
         let mut c = TcpStream::connect(server.addr).unwrap();
         c.set_nodelay(true).unwrap();
         c.write_all(&[1u8; 7]).unwrap();
-        c.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        c.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
         let mut buf = [0u8; 20];
         assert!(c.read(&mut buf).is_err(), "echoed part of a request");
         c.write_all(&[1u8; 13]).unwrap();

@@ -46,10 +46,7 @@ pub struct ThroughputBench {
 pub fn run(args: &ThroughputBench) -> anyhow::Result<Vec<ThroughputRow>> {
     let poll = args.poll;
     for t in &args.transports {
-        anyhow::ensure!(
-            TRANSPORTS.contains(&t.as_str()),
-            "unknown transport {t:?}"
-        );
+        anyhow::ensure!(TRANSPORTS.contains(&t.as_str()), "unknown transport {t:?}");
     }
     let round_secs = args.seconds / args.rounds as f64;
     // (messages, seconds) per transport, summed over the rounds.
@@ -93,11 +90,7 @@ pub fn print_ratios(rows: &[ThroughputRow]) {
 /// Streams messages to a Homa echo server with `window` in flight for
 /// `seconds`; returns (messages answered, seconds). `report`: print the
 /// endpoints' counters (to stderr, if `report_counters`).
-fn homa_stream(
-    args: &ThroughputBench,
-    seconds: f64,
-    report: bool,
-) -> anyhow::Result<(u64, f64)> {
+fn homa_stream(args: &ThroughputBench, seconds: f64, report: bool) -> anyhow::Result<(u64, f64)> {
     let cfg = args.homa.clone();
     let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let addr = server.local_addr();

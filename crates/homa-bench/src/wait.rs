@@ -61,6 +61,21 @@ fn ended(w: &Waiting) -> Option<io::Error> {
     None
 }
 
+/// One step of waiting for `fd` to become readable: a spin while less than
+/// `w.poll` has passed since `since`, else a sleep of up to 50 ms; an error
+/// when the wait should end.
+fn wait_readable(fd: RawFd, since: Instant, w: &Waiting) -> io::Result<()> {
+    if let Some(e) = ended(w) {
+        return Err(e);
+    }
+    if since.elapsed() < w.poll {
+        std::hint::spin_loop();
+    } else {
+        wait_fd(fd, libc::POLLIN, Duration::from_millis(50))?;
+    }
+    Ok(())
+}
+
 /// Receives one datagram from a non-blocking socket, busy-polling first.
 pub fn udp_recv(sock: &UdpSocket, buf: &mut [u8], w: Waiting) -> io::Result<(usize, SocketAddr)> {
     let start = Instant::now();
@@ -68,14 +83,7 @@ pub fn udp_recv(sock: &UdpSocket, buf: &mut [u8], w: Waiting) -> io::Result<(usi
         match sock.recv_from(buf) {
             Ok(r) => return Ok(r),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if let Some(e) = ended(&w) {
-                    return Err(e);
-                }
-                if start.elapsed() < w.poll {
-                    std::hint::spin_loop();
-                } else {
-                    wait_fd(sock.as_raw_fd(), libc::POLLIN, Duration::from_millis(50))?;
-                }
+                wait_readable(sock.as_raw_fd(), start, &w)?;
             }
             Err(e) => return Err(e),
         }
@@ -94,14 +102,7 @@ pub fn tcp_read_exact(s: &mut TcpStream, buf: &mut [u8], w: Waiting) -> io::Resu
                 start = Instant::now();
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if let Some(e) = ended(&w) {
-                    return Err(e);
-                }
-                if start.elapsed() < w.poll {
-                    std::hint::spin_loop();
-                } else {
-                    wait_fd(s.as_raw_fd(), libc::POLLIN, Duration::from_millis(50))?;
-                }
+                wait_readable(s.as_raw_fd(), start, &w)?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),

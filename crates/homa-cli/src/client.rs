@@ -71,7 +71,11 @@ pub fn run(args: ClientArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(e) = r.first_error {
-        anyhow::bail!("{} of {} RPCs failed; first error: {e}", r.failed, args.count);
+        anyhow::bail!(
+            "{} of {} RPCs failed; first error: {e}",
+            r.failed,
+            args.count
+        );
     }
     anyhow::ensure!(
         r.bad_echo == 0,

@@ -8,8 +8,8 @@ use crate::testbed::UpArgs;
 use clap::{Args, Subcommand};
 use homa_bench::node::{self as bench, ClientSpec, Transport};
 use homa_bench::payload::Payloads;
-use homa_testbed::cluster::{self, ClusterConfig};
 use homa_bench::stats::latency_by_size_decile;
+use homa_testbed::cluster::{self, ClusterConfig};
 use homa_workload::workload::Workload;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -55,11 +55,7 @@ impl EngineArgs {
         c.engine.link_bps = (self.link_gbps * 1e9) as u64;
         c.engine.rtt_ns = self.rtt_us * 1000;
         c.engine.max_message_length = c.engine.max_message_length.max(workload.max_len());
-        let plan = homa_sim::priorities::PriorityPlan::compute(
-            workload,
-            c.engine.rtt_bytes(),
-            8,
-        );
+        let plan = homa_sim::priorities::PriorityPlan::compute(workload, c.engine.rtt_bytes(), 8);
         plan.apply(&mut c.engine);
         c
     }

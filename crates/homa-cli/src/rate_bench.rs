@@ -93,7 +93,10 @@ fn print_table(rows: &[RateRow]) {
     }
     // Same-run ratios: Homa against each baseline, and each transport's
     // gain from more server threads.
-    let find = |t: &str, m: usize| rows.iter().find(|r| r.transport == t && r.server_threads == m);
+    let find = |t: &str, m: usize| {
+        rows.iter()
+            .find(|r| r.transport == t && r.server_threads == m)
+    };
     for h in rows.iter().filter(|r| r.transport == "homa") {
         for base in ["udp", "tcp"] {
             if let Some(b) = find(base, h.server_threads) {

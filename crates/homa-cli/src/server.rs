@@ -51,7 +51,11 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     };
     let h = node::start_server(&spec)?;
     let addrs: Vec<String> = h.addrs.iter().map(|a| a.to_string()).collect();
-    println!("{} server listening on {}", args.transport, addrs.join(", "));
+    println!(
+        "{} server listening on {}",
+        args.transport,
+        addrs.join(", ")
+    );
     let start = Instant::now();
     let mut last_report = Instant::now();
     while !args

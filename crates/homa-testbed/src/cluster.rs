@@ -8,17 +8,17 @@
 //! then carries `load × link rate` of payload on average (plus headers,
 //! which the report's measured link utilization includes).
 
-use homa_bench::node::probe::{probe, probe_sizes, Baseline, ProbePoint, ProbeSpec};
-use homa_bench::node::{
-    run_client, start_server, ClientResult, ClientSpec, ServerHandle, ServerSpec, Transport,
-};
-use homa_bench::payload::Payloads;
 use crate::cpu::{CpuSample, CpuUsage};
 use crate::netns::{run_in, spawn_in};
 use crate::progress::Bar;
 use crate::report::{ClusterReport, EngineSummary, TransportResult, UnloadedRow};
 use crate::testbed::{host_addr, Testbed, TestbedConfig};
 use crate::{Error, Result};
+use homa_bench::node::probe::{probe, probe_sizes, Baseline, ProbePoint, ProbeSpec};
+use homa_bench::node::{
+    run_client, start_server, ClientResult, ClientSpec, ServerHandle, ServerSpec, Transport,
+};
+use homa_bench::payload::Payloads;
 use homa_sim::priorities::PriorityPlan;
 use homa_workload::stats::{Completion, SlowdownTable};
 use homa_workload::workload::Workload;

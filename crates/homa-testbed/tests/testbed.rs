@@ -10,10 +10,10 @@
 use homa_bench::node::{self as bench, ClientSpec, ServerSpec, Transport};
 use homa_bench::payload::Payloads;
 use homa_testbed::cmd::is_root;
-use homa_workload::workload::Workload;
 use homa_testbed::netns::{run_in, spawn_in};
 use homa_testbed::testbed::{self, host_addr, list_prefixes};
 use homa_testbed::{Testbed, TestbedConfig, TestbedGuard};
+use homa_workload::workload::Workload;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -413,7 +413,10 @@ fn short_bench_run(tag: char, t: Transport) {
                 progress: None,
             };
             clients.push(
-                spawn_in(&tb.ns(i), format!("c{i}"), move || Ok(bench::run_client(&spec)?)).unwrap(),
+                spawn_in(&tb.ns(i), format!("c{i}"), move || {
+                    Ok(bench::run_client(&spec)?)
+                })
+                .unwrap(),
             );
         }
         let mut total = bench::ClientResult::default();

@@ -5,7 +5,6 @@ use super::{
     Transport,
 };
 use super::{Error, Result};
-use bytes::Bytes;
 use homa::{Endpoint, EndpointConfig, RpcId};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -71,31 +70,27 @@ pub(crate) fn start_server(spec: &ServerSpec) -> Result<ServerHandle> {
     })
 }
 
-/// Receive a request, echo it, until the endpoint shuts down.
+/// Echoes requests inside this thread's own receive passes
+/// (`Endpoint::serve`), each from the receive pool without a copy, until
+/// the endpoint shuts down.
 fn serve(ep: &Endpoint, c: &Counters) {
-    loop {
-        let req = match ep.recv_request() {
-            Ok(r) => r,
-            Err(homa::Error::Shutdown) => return,
-            Err(_) => {
-                c.errors.fetch_add(1, Relaxed);
-                continue;
-            }
-        };
-        let body = Bytes::from(req.message().to_vec());
-        let len = body.len() as u64;
-        match req.reply(body) {
+    let served = ep.serve(|req| {
+        let (message, responder) = req.into_parts();
+        let len = message.len() as u64;
+        match responder.reply(message.into_bytes()) {
             Ok(()) => {
                 c.requests.fetch_add(1, Relaxed);
                 c.bytes.fetch_add(len, Relaxed);
             }
-            Err(homa::Error::Shutdown) => return,
-            // The client abandoned the RPC meanwhile.
-            Err(homa::Error::InvalidArgument(_)) => {}
+            // Shutting down, or the client abandoned the RPC meanwhile.
+            Err(homa::Error::Shutdown) | Err(homa::Error::InvalidArgument(_)) => {}
             Err(_) => {
                 c.errors.fetch_add(1, Relaxed);
             }
         }
+    });
+    if !matches!(served, Ok(()) | Err(homa::Error::Shutdown)) {
+        c.errors.fetch_add(1, Relaxed);
     }
 }
 

@@ -4,8 +4,8 @@
 use super::homa_node::endpoint_config;
 use super::tcp_node::{decode_header, encode_header, HEADER};
 use super::Transport;
-use crate::payload::Payloads;
 use super::{Error, Result};
+use crate::payload::Payloads;
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};

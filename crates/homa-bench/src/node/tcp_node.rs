@@ -10,11 +10,11 @@
 //! The server answers a request only once all of it has arrived, as an RPC
 //! server would (and as the Homa server must).
 
-use crate::epoll::{Epoll, TimerFd, ERR, IN, OUT};
 use super::{
     record, Arrival, ClientResult, ClientSpec, Schedule, ServerHandle, ServerSpec, ServerStats,
 };
 use super::{Error, Result};
+use crate::epoll::{Epoll, TimerFd, ERR, IN, OUT};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

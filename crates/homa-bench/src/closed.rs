@@ -60,6 +60,11 @@ impl ClosedLoop {
         result
     }
 
+    /// Whether `t` is before `until` (always, without one).
+    fn before_until(&self, t: Instant) -> bool {
+        !matches!(self.until, Some(u) if t >= u)
+    }
+
     fn drive(&self, ep: &homa::Endpoint) -> anyhow::Result<ClosedLoopResult> {
         const SEQ: u64 = 6;
         let payloads = Payloads::new(self.size);
@@ -77,8 +82,7 @@ impl ClosedLoop {
         };
         let mut started: Vec<(homa::RpcId, Instant)> = Vec::with_capacity(self.outstanding);
         let (mut sent, mut last_send) = (0u64, start);
-        let more =
-            |sent: u64| sent < self.max_rpcs && self.until.map_or(true, |u| Instant::now() < u);
+        let more = |sent: u64| sent < self.max_rpcs && self.before_until(Instant::now());
         loop {
             while started.len() < self.outstanding.max(1) && more(sent) {
                 let t0 = Instant::now();
@@ -110,7 +114,7 @@ impl ClosedLoop {
                     if m.len() == self.size && !payloads.matches(SEQ, &m.contiguous()) {
                         r.bad_echo += 1;
                     }
-                    if now >= from && self.until.map_or(true, |u| now < u) {
+                    if now >= from && self.before_until(now) {
                         record(&mut r.latency, now.duration_since(t0).as_nanos() as u64);
                     }
                 }

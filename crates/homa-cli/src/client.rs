@@ -1,13 +1,13 @@
-//! `homa client`: sends `count` requests of `size` bytes to a server, keeping
-//! `concurrency` in flight, and reports latency and throughput.
+//! `homa client`: the options of `homa_bench::closed::ClosedLoop` (`count`
+//! echo RPCs of `size` bytes to a server, `concurrency` in flight) and its
+//! latency and throughput report.
 
-use crate::bench::report::{gbps, new_histogram, print_latency_table, record, to_json, LatencyRow};
-use crate::bench::{check_payload, parse_size, payload, HomaOpts};
-use bytes::Bytes;
+use crate::opts::{parse_size, HomaOpts};
 use clap::Args;
-use std::collections::HashMap;
+use homa_bench::closed::ClosedLoop;
+use homa_bench::stats::{gbps, print_latency_table, to_json, LatencyRow};
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct ClientArgs {
@@ -41,43 +41,25 @@ pub fn run(args: ClientArgs) -> anyhow::Result<()> {
             "0.0.0.0:0".parse().unwrap()
         }
     });
-    let ep = homa::Endpoint::bind_with(bind, args.homa.config()?)?;
-    let msg = Bytes::from(payload(args.size, 6));
-    let mut started: HashMap<homa::RpcId, Instant> = HashMap::new();
-    let mut h = new_histogram();
-    let (mut sent, mut failed, mut bad_echo, mut bytes_back) = (0u64, 0u64, 0u64, 0u64);
-    let mut first_error = None;
-    let start = Instant::now();
-    while sent < args.count || !started.is_empty() {
-        while sent < args.count && started.len() < args.concurrency.max(1) {
-            let id = ep.send_request_shared(args.server, msg.clone())?;
-            started.insert(id, Instant::now());
-            sent += 1;
-        }
-        let r = ep.recv_response()?;
-        let Some(t0) = started.remove(&r.id) else {
-            continue;
-        };
-        match r.result {
-            Ok(m) => {
-                record(&mut h, t0.elapsed().as_nanos() as u64);
-                bytes_back += m.len() as u64;
-                // An echo server returns the payload; check it when it does.
-                if m.len() == args.size && !check_payload(&m.contiguous(), 6) {
-                    bad_echo += 1;
-                }
-            }
-            Err(e) => {
-                failed += 1;
-                first_error.get_or_insert(e);
-            }
-        }
+    let r = ClosedLoop {
+        server: args.server,
+        bind,
+        config: args.homa.config()?,
+        size: args.size,
+        outstanding: args.concurrency,
+        max_rpcs: args.count,
+        until: None,
+        measure_from: None,
+        // Beyond the engine's own RPC timeout, which fails them first.
+        drain: Duration::from_secs(60),
     }
-    let secs = start.elapsed().as_secs_f64();
-    let row = LatencyRow::from_histogram("homa", args.size, &h);
+    .run()?;
+    let h = &r.latency;
+    let row = LatencyRow::from_histogram("homa", args.size, h);
     if args.json {
         println!("{}", to_json(vec![row]));
     } else {
+        let secs = r.window_secs;
         print_latency_table(&[row]);
         println!(
             "{} RPCs in {:.3} s: {:.0} RPC/s, requests {:.3} Gbit/s, responses {:.3} Gbit/s",
@@ -85,15 +67,20 @@ pub fn run(args: ClientArgs) -> anyhow::Result<()> {
             secs,
             h.len() as f64 / secs,
             gbps(h.len() * args.size as u64, secs),
-            gbps(bytes_back, secs)
+            gbps(r.bytes_back, secs)
         );
     }
-    if let Some(e) = first_error {
-        anyhow::bail!("{failed} of {} RPCs failed; first error: {e}", args.count);
+    if let Some(e) = r.first_error {
+        anyhow::bail!(
+            "{} of {} RPCs failed; first error: {e}",
+            r.failed,
+            args.count
+        );
     }
     anyhow::ensure!(
-        bad_echo == 0,
-        "{bad_echo} echoed responses differ from their request"
+        r.bad_echo == 0,
+        "{} echoed responses differ from their request",
+        r.bad_echo
     );
     Ok(())
 }

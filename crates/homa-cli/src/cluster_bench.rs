@@ -1,19 +1,21 @@
-//! `homa bench server|client|cluster`: the cluster benchmark (the Linux
-//! module's cp_node and its TCP comparison). `server` and `client` run one
-//! node anywhere (e.g. under `ip netns exec` on a testbed host); `cluster`
-//! runs the whole experiment on the emulated testbed and writes the report.
+//! `homa bench client|cluster`: the cluster benchmark (the Linux module's
+//! cp_node and its TCP comparison). `client` runs one open-loop client node
+//! anywhere (e.g. under `ip netns exec` on a testbed host) against
+//! `homa server` nodes; `cluster` runs the whole experiment on the emulated
+//! testbed and writes the report.
 
 use crate::testbed::UpArgs;
 use clap::{Args, Subcommand};
-use homa_testbed::bench::{self, ClientSpec, Pattern, ServerSpec, Transport};
+use homa_bench::node::{self as bench, ClientSpec, Transport};
+use homa_bench::payload::Payloads;
+use homa_bench::stats::latency_by_size_decile;
 use homa_testbed::cluster::{self, ClusterConfig};
-use homa_testbed::homa_sim::stats::{Completion, SlowdownTable};
-use homa_testbed::homa_sim::workload::Workload;
+use homa_workload::workload::Workload;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -23,10 +25,9 @@ pub struct BenchArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
-    /// Echo server node (Homa or TCP) on one or more ports.
-    Server(ServerArgs),
-    /// Open-loop client node: echo RPCs to random servers at a target rate.
-    Client(ClientArgs),
+    /// Open-loop client node: echo RPCs to random servers at a target rate
+    /// (the servers: `homa server --transport homa|homa-noprio|tcp`).
+    Client(OpenLoopArgs),
     /// The whole experiment on the emulated testbed, with a report.
     Cluster(ClusterArgs),
 }
@@ -53,11 +54,7 @@ impl EngineArgs {
         c.engine.link_bps = (self.link_gbps * 1e9) as u64;
         c.engine.rtt_ns = self.rtt_us * 1000;
         c.engine.max_message_length = c.engine.max_message_length.max(workload.max_len());
-        let plan = homa_testbed::homa_sim::priorities::PriorityPlan::compute(
-            workload,
-            c.engine.rtt_bytes(),
-            8,
-        );
+        let plan = homa_sim::priorities::PriorityPlan::compute(workload, c.engine.rtt_bytes(), 8);
         plan.apply(&mut c.engine);
         c
     }
@@ -86,32 +83,7 @@ impl WorkloadArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct ServerArgs {
-    /// homa, homa-noprio or tcp.
-    #[arg(long, default_value = "homa")]
-    pub transport: Transport,
-    /// Address to listen on.
-    #[arg(long, default_value = "0.0.0.0")]
-    pub ip: IpAddr,
-    /// First port; the node listens on PORT..PORT+PORTS-1.
-    #[arg(long, default_value_t = 4000)]
-    pub port: u16,
-    #[arg(long, default_value_t = 1)]
-    pub ports: usize,
-    /// Threads per Homa port.
-    #[arg(long, default_value_t = 2)]
-    pub threads: usize,
-    /// Stop after this many seconds (default: until killed).
-    #[arg(long)]
-    pub seconds: Option<f64>,
-    #[command(flatten)]
-    pub workload: WorkloadArgs,
-    #[command(flatten)]
-    pub engine: EngineArgs,
-}
-
-#[derive(Args, Debug)]
-pub struct ClientArgs {
+pub struct OpenLoopArgs {
     /// homa, homa-noprio or tcp.
     #[arg(long, default_value = "homa")]
     pub transport: Transport,
@@ -225,42 +197,12 @@ pub struct ClusterArgs {
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
-        BenchCommand::Server(a) => server(a),
         BenchCommand::Client(a) => client(a),
         BenchCommand::Cluster(a) => cluster_cmd(a),
     }
 }
 
-fn server(a: ServerArgs) -> anyhow::Result<()> {
-    let w = a.workload.workload()?;
-    let spec = ServerSpec {
-        transport: a.transport,
-        ip: a.ip,
-        base_port: a.port,
-        ports: a.ports,
-        threads_per_port: a.threads,
-        homa: a.engine.config(&w),
-        max_message: w.max_len() as usize,
-    };
-    let h = bench::start_server(&spec)?;
-    let addrs: Vec<String> = h.addrs.iter().map(|a| a.to_string()).collect();
-    println!("{} bench server on {}", a.transport, addrs.join(", "));
-    let start = Instant::now();
-    while !a
-        .seconds
-        .is_some_and(|s| start.elapsed().as_secs_f64() >= s)
-    {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let st = h.stop()?;
-    println!(
-        "served {} requests ({} bytes), {} errors",
-        st.requests, st.bytes, st.errors
-    );
-    Ok(())
-}
-
-fn client(a: ClientArgs) -> anyhow::Result<()> {
+fn client(a: OpenLoopArgs) -> anyhow::Result<()> {
     let w = a.workload.workload()?;
     let spec = ClientSpec {
         transport: a.transport,
@@ -274,7 +216,7 @@ fn client(a: ClientArgs) -> anyhow::Result<()> {
                     .collect()
             })
             .collect(),
-        pattern: Pattern::new(w.max_len() as usize),
+        payloads: Payloads::new(w.max_len() as usize),
         homa: a.engine.config(&w),
         homa_endpoint: None,
         workload: Arc::new(w),
@@ -297,23 +239,14 @@ fn client(a: ClientArgs) -> anyhow::Result<()> {
             writeln!(f, "{},{}", s.size, s.rtt_ns)?;
         }
     }
-    // RTT by decile of size: the simulator's slowdown table with a 1 µs
-    // "unloaded" time reads out RTTs in µs.
-    let comps: Vec<Completion> = r
-        .samples
-        .iter()
-        .map(|s| cluster::completion(s.size, s.rtt_ns, 1_000))
-        .collect();
-    let t = SlowdownTable::new(&comps);
-    let deciles = if t.is_empty() { vec![] } else { t.deciles() };
+    let samples: Vec<(u32, u64)> = r.samples.iter().map(|s| (s.size, s.rtt_ns)).collect();
+    let deciles = latency_by_size_decile(&samples);
     if a.json {
         let v = serde_json::json!({
             "transport": a.transport.name(),
             "result": &r,
             "achieved_gbps": r.gbps(),
-            "rtt_us_by_decile": deciles.iter().map(|g| serde_json::json!({
-                "max_size": g.max_size, "count": g.count,
-                "p50_us": g.p50_slowdown, "p99_us": g.p99_slowdown})).collect::<Vec<_>>(),
+            "rtt_us_by_decile": &deciles,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
@@ -335,7 +268,7 @@ fn client(a: ClientArgs) -> anyhow::Result<()> {
         for g in &deciles {
             println!(
                 "{:>10} {:>7} {:>10.1} {:>10.1}",
-                g.max_size, g.count, g.p50_slowdown, g.p99_slowdown
+                g.max_size, g.count, g.p50_us, g.p99_us
             );
         }
         for e in &r.errors {
@@ -372,12 +305,12 @@ fn cluster_cmd(a: ClusterArgs) -> anyhow::Result<()> {
         // Check them now rather than mid-run.
         let mut probe = homa::EngineConfig::default();
         for kv in &a.set {
-            crate::bench::set_engine_param(&mut probe, kv)?;
+            crate::opts::set_engine_param(&mut probe, kv)?;
         }
         let set = a.set.clone();
         cfg.adjust_engine = Some(Arc::new(move |c: &mut homa::EngineConfig| {
             for kv in &set {
-                let _ = crate::bench::set_engine_param(c, kv);
+                let _ = crate::opts::set_engine_param(c, kv);
             }
         }));
     }

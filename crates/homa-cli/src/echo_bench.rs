@@ -1,15 +1,12 @@
-//! `homa echo-bench`: round-trip latency on loopback of Homa, a raw UDP
-//! ping-pong and a TCP ping-pong, each waiting the same way (busy-poll, then
-//! block), for each message size.
+//! `homa echo-bench`: the options of `homa_bench::echo` (round-trip latency
+//! on loopback per transport and message size), and its table or JSON.
 
-use crate::bench::baseline::{tcp_pingpong, udp_pingpong, MAX_UDP_PAYLOAD};
-use crate::bench::report::{new_histogram, print_latency_table, record, to_json, LatencyRow};
-use crate::bench::{check_payload, parse_sizes, payload, HomaOpts};
-use anyhow::Context;
-use bytes::Bytes;
+use crate::opts::{parse_sizes, HomaOpts};
 use clap::Args;
-use hdrhistogram::Histogram;
-use std::time::{Duration, Instant};
+use homa_bench::echo::{self, EchoBench};
+use homa_bench::machine::MachineLoad;
+use homa_bench::stats::{print_latency_table, to_json};
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct EchoBenchArgs {
@@ -21,7 +18,9 @@ pub struct EchoBenchArgs {
     /// the same number of bytes.
     #[arg(long, default_value_t = 20_000)]
     pub iters: u64,
-    /// Transports to measure, comma-separated: homa, udp, tcp.
+    /// Transports to measure, comma-separated: homa, udp, tcp (blocking,
+    /// busy-poll then block), homa-async, tokio-udp, tokio-tcp (tasks on one
+    /// multi-thread tokio runtime with the default worker count).
     #[arg(long, default_value = "homa,udp,tcp", value_delimiter = ',')]
     pub transports: Vec<String>,
     /// The transports take turns in this many rounds (each measuring its
@@ -62,325 +61,68 @@ pub struct EchoBenchArgs {
     pub homa: HomaOpts,
 }
 
-/// Round trips measured in round `r` of `rounds`: an equal share, the first
-/// rounds one more when `count` does not divide.
-fn round_share(count: u64, rounds: u64, r: u64) -> u64 {
-    count / rounds + u64::from(r < count % rounds)
-}
-
-/// Round trips to measure for `size`.
-fn count_for(iters: u64, size: usize) -> u64 {
-    let scaled = (iters as u128 * 65_536 / size.max(1) as u128) as u64;
-    scaled.min(iters).max(iters.min(100))
+impl EchoBenchArgs {
+    fn spec(&self) -> anyhow::Result<EchoBench> {
+        Ok(EchoBench {
+            sizes: parse_sizes(&self.sizes)?,
+            iters: self.iters,
+            rounds: self.rounds,
+            poll: Duration::from_micros(self.homa.poll_us),
+            homa: self.homa.config_with_link(homa_bench::LOOPBACK_GBPS)?,
+            serve_inline: self.homa_server == "serve",
+            timetrace: self.timetrace,
+            serialized: self.serialized,
+            timetrace_events: self.timetrace_events.clone(),
+            timetrace_dump: self.timetrace_dump.clone(),
+            progress: !self.json,
+            ..EchoBench::new(self.transports.clone())
+        })
+    }
 }
 
 pub fn run(args: EchoBenchArgs) -> anyhow::Result<()> {
-    let rows = measure(&args)?;
+    let spec = args.spec()?;
+    MachineLoad::sample(Duration::from_millis(200)).report("echo-bench");
+    let rows = echo::measure(&spec)?;
     if args.json {
         println!("{}", to_json(rows));
     } else {
         print_latency_table(&rows);
-        print_ratios(&rows);
+        echo::print_ratios(&rows);
     }
     Ok(())
-}
-
-/// One row per transport and size (UDP only for sizes that fit a datagram).
-fn measure(args: &EchoBenchArgs) -> anyhow::Result<Vec<LatencyRow>> {
-    let sizes = parse_sizes(&args.sizes)?;
-    let poll = Duration::from_micros(args.homa.poll_us);
-    for t in &args.transports {
-        anyhow::ensure!(
-            ["homa", "udp", "tcp"].contains(&t.as_str()),
-            "unknown transport {t:?}"
-        );
-    }
-    let mut rows = Vec::new();
-    let rounds = if args.timetrace { 1 } else { args.rounds };
-    for &size in &sizes {
-        homa::timetrace::set_serialized(args.serialized);
-        let only: Option<Vec<&str>> = args
-            .timetrace_events
-            .as_ref()
-            .map(|v| v.iter().map(String::as_str).collect());
-        homa::timetrace::set_only(only.as_deref());
-        let count = count_for(args.iters, size);
-        let mut hists: Vec<Option<Histogram<u64>>> = vec![None; args.transports.len()];
-        for r in 0..rounds {
-            let n = round_share(count, rounds, r);
-            if n == 0 {
-                continue;
-            }
-            // Each round's endpoints are new: warm them up as fully as a
-            // single round would (a tenth of the whole count), or the first
-            // touches of their receive pool's pages (a page fault every ~40
-            // 100-byte messages until the first 64 KB page is used up) show
-            // in Homa's tail.
-            let warmup = (count / 10).max(10);
-            for (t, slot) in args.transports.iter().zip(hists.iter_mut()) {
-                let h = match t.as_str() {
-                    "homa" => {
-                        let h = homa_echo(
-                            &args.homa,
-                            size,
-                            n,
-                            warmup,
-                            args.timetrace,
-                            args.homa_server == "serve",
-                        )
-                        .context("homa echo")?;
-                        if args.timetrace {
-                            print_timetrace(size, n, args.timetrace_dump.as_deref())?;
-                        }
-                        h
-                    }
-                    "udp" if size <= MAX_UDP_PAYLOAD => {
-                        let h = udp_pingpong(size, n, warmup, poll, args.timetrace)?;
-                        if args.timetrace {
-                            print_socket_times("udp", &homa::timetrace::collect());
-                            homa::timetrace::clear();
-                        }
-                        h
-                    }
-                    "udp" => continue,
-                    _ => tcp_pingpong(size, n, warmup, poll)?,
-                };
-                match slot {
-                    Some(all) => all.add(&h).context("merging histograms")?,
-                    None => *slot = Some(h),
-                }
-            }
-        }
-        for (t, h) in args.transports.iter().zip(&hists) {
-            let Some(h) = h else { continue };
-            let row = LatencyRow::from_histogram(t, size, h);
-            if !args.json {
-                eprintln!("{t} {size}: p50 {:.2} µs", row.p50_us);
-            }
-            rows.push(row);
-        }
-    }
-    Ok(rows)
-}
-
-/// Homa / UDP and Homa / TCP ratios, the numbers the performance goals use.
-fn print_ratios(rows: &[LatencyRow]) {
-    let find = |t: &str, s: usize| rows.iter().find(|r| r.transport == t && r.size == s);
-    for r in rows.iter().filter(|r| r.transport == "homa") {
-        for base in ["udp", "tcp"] {
-            if let Some(b) = find(base, r.size) {
-                println!(
-                    "size {:>8}: homa/{base} p50 {:.2}x  p99 {:.2}x",
-                    r.size,
-                    r.p50_us / b.p50_us.max(1e-9),
-                    r.p99_us / b.p99_us.max(1e-9)
-                );
-            }
-        }
-    }
-}
-
-/// The mean duration of each step of a round trip, from the time trace of
-/// the last run; steps seen in fewer than half the round trips are left out.
-fn print_timetrace(size: usize, count: u64, dump: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let events = homa::timetrace::collect();
-    homa::timetrace::clear();
-    if let Some(path) = dump {
-        use std::io::Write;
-        let file =
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        let mut f = std::io::BufWriter::new(file);
-        for e in &events {
-            writeln!(f, "{:.1}\t{}\t{}", e.ns, e.thread, e.event)?;
-        }
-        f.flush()?;
-    }
-    let rts = events
-        .iter()
-        .filter(|e| e.event == "response returned")
-        .count()
-        .max(1);
-    eprintln!("time trace, {size} B echo ({rts} of {count} round trips retained):");
-    let medians = homa::timetrace::step_medians(&events);
-    eprintln!("  mean/round trip   median   step");
-    let (mut total, mut total_median) = (0.0, 0.0);
-    for (step, mean_ns, n) in homa::timetrace::breakdown(&events) {
-        if n * 2 >= rts {
-            let per_rt = mean_ns * n as f64 / rts as f64;
-            let median = medians.get(&step).copied().unwrap_or(0.0);
-            total += per_rt;
-            total_median += median;
-            eprintln!(
-                "  {per_rt:8.0} ns  {median:8.0} ns  {step}  (x{:.2} per round trip)",
-                n as f64 / rts as f64
-            );
-        }
-    }
-    eprintln!("  {total:8.0} ns  {total_median:8.0} ns  total of the steps shown");
-    let (blamed, cutoff) = homa::timetrace::tail_steps(&events, "response returned", 0.01);
-    eprintln!(
-        "slowest 1% of round trips (over {cutoff:.0} ns), the step that ran longest past its mean:"
-    );
-    for (step, n, excess) in blamed.iter().take(8) {
-        eprintln!("  {n:6} x  +{excess:8.0} ns  {step}");
-    }
-    print_socket_times("homa", &events);
-    Ok(())
-}
-
-/// A round trip's split between the transport's own work and the kernel's,
-/// by medians (resistant to preemptions): each side's turnaround (datagram
-/// received to its next send system call) and each direction's one-way
-/// time (send system call to the other side's receive returning). The UDP
-/// ping-pong records the same events, so the two compare directly. Only
-/// one-datagram exchanges pair up.
-fn print_socket_times(transport: &str, events: &[homa::timetrace::TraceEvent]) {
-    eprintln!("{transport}: turnaround, median (datagram received -> next send system call):");
-    for (thread, median, n) in
-        homa::timetrace::turnarounds(events, "recvmmsg got", "sendmmsg start")
-    {
-        eprintln!("  {median:8.0} ns  {thread}  ({n} samples)");
-    }
-    eprintln!(
-        "{transport}: one way, median (send system call -> the other side's receive returns):"
-    );
-    for (from, to, median, n) in homa::timetrace::one_ways(events, "sendmmsg start", "recvmmsg got")
-    {
-        eprintln!("  {median:8.0} ns  {from} -> {to}  ({n} samples)");
-    }
-}
-
-/// Round trips of `size`-byte echoes between two Homa endpoints.
-pub fn homa_echo(
-    opts: &HomaOpts,
-    size: usize,
-    count: u64,
-    warmup: u64,
-    timetrace: bool,
-    inline: bool,
-) -> anyhow::Result<Histogram<u64>> {
-    let cfg = opts.config_with_link(crate::bench::LOOPBACK_GBPS)?;
-    let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
-    let addr = server.local_addr();
-    let srv = server.clone();
-    let echo =
-        std::thread::Builder::new()
-            .name("server".into())
-            .spawn(move || -> homa::Result<()> {
-                if inline {
-                    // Echoed from the pool without a copy, as the UDP
-                    // baseline echoes from its receive buffer.
-                    return srv.serve(|req| {
-                        let (message, responder) = req.into_parts();
-                        let _ = responder.reply(message.into_bytes());
-                    });
-                }
-                loop {
-                    match srv.recv_request() {
-                        Ok(req) => {
-                            // Echoed from the pool without a copy, as the
-                            // UDP baseline echoes from its receive buffer.
-                            let (message, responder) = req.into_parts();
-                            responder.reply(message.into_bytes())?;
-                        }
-                        Err(homa::Error::Shutdown) => return Ok(()),
-                        Err(e) => return Err(e),
-                    }
-                }
-            })?;
-    let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg)?;
-    let msg = Bytes::from(payload(size, 4));
-    let mut h = new_histogram();
-    let result = (|| -> anyhow::Result<()> {
-        for i in 0..warmup + count {
-            if timetrace && i == warmup {
-                homa::timetrace::enable(true);
-            }
-            let t0 = Instant::now();
-            let reply = client.call(addr, msg.clone())?;
-            let ns = t0.elapsed().as_nanos() as u64;
-            anyhow::ensure!(
-                reply.len() == size,
-                "echo of {} bytes, sent {size}",
-                reply.len()
-            );
-            if i == 0 || i + 1 == warmup + count {
-                anyhow::ensure!(
-                    check_payload(&reply.contiguous(), 4),
-                    "Homa echo corrupted the payload"
-                );
-            }
-            if i >= warmup {
-                record(&mut h, ns);
-            }
-        }
-        Ok(())
-    })();
-    homa::timetrace::enable(false);
-    server.shutdown();
-    echo.join()
-        .map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
-    result.map(|_| h)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
-    #[test]
-    fn rounds_share_the_round_trips() {
-        for (count, rounds) in [(20_000, 5), (7, 3), (2, 5), (100, 1)] {
-            let shares: Vec<u64> = (0..rounds).map(|r| round_share(count, rounds, r)).collect();
-            assert_eq!(shares.iter().sum::<u64>(), count, "{shares:?}");
-            let (lo, hi) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
-            assert!(hi - lo <= 1, "{shares:?}");
-        }
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: EchoBenchArgs,
     }
 
-    /// Every transport is measured in every round and the rows count all
-    /// round trips of all rounds.
     #[test]
-    fn rounds_merge_into_one_row_per_transport_and_size() {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: EchoBenchArgs,
-        }
+    fn options_become_the_spec() {
         let cli = Cli::parse_from([
             "x",
             "--sizes",
-            "100,70000",
-            "--iters",
-            "31",
-            "--rounds",
-            "3",
+            "100,1k",
+            "--transports",
+            "homa-async,tokio-tcp",
             "--poll-us",
-            "0",
+            "7",
+            "--homa-server",
+            "queue",
         ]);
-        let rows = measure(&cli.args).unwrap();
-        let got: Vec<(&str, usize, u64)> = rows
-            .iter()
-            .map(|r| (r.transport.as_str(), r.size, r.count))
-            .collect();
-        assert_eq!(
-            got,
-            [
-                ("homa", 100, 31),
-                ("udp", 100, 31),
-                ("tcp", 100, 31),
-                ("homa", 70000, 31),
-                ("tcp", 70000, 31)
-            ]
-        );
-    }
-
-    #[test]
-    fn large_sizes_run_fewer_iterations() {
-        assert_eq!(count_for(10_000, 100), 10_000);
-        assert_eq!(count_for(10_000, 65_536), 10_000);
-        assert_eq!(count_for(10_000, 655_360), 1_000);
-        assert_eq!(count_for(10_000, 100_000_000), 100);
-        assert_eq!(count_for(5, 100_000_000), 5);
+        let spec = cli.args.spec().unwrap();
+        assert_eq!(spec.sizes, [100, 1000]);
+        assert_eq!(spec.transports, ["homa-async", "tokio-tcp"]);
+        assert_eq!(spec.poll, Duration::from_micros(7));
+        assert_eq!(spec.homa.poll, Duration::from_micros(7));
+        assert!(!spec.serve_inline);
+        assert_eq!(spec.homa.engine.link_bps, 100_000_000_000);
     }
 }

@@ -1,10 +1,13 @@
-//! The `homa` command. Each subcommand lives in its own module; this file
-//! only parses the command line and dispatches.
+//! The `homa` command. Each subcommand's options live in their own module,
+//! which maps them to calls of the library crates (homa-bench, homa-sim,
+//! homa-testbed) and prints the result; this file only parses the command
+//! line and dispatches.
 
-mod bench;
 mod client;
 mod cluster_bench;
 mod echo_bench;
+mod opts;
+mod rate_bench;
 mod server;
 mod sim;
 mod testbed;
@@ -25,17 +28,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a Homa echo server (or fixed-size replier).
+    /// Run an echo server node: Homa, Homa without priorities, or TCP.
     Server(server::ServerArgs),
-    /// Send RPCs to a Homa server and report latency and throughput.
+    /// Closed-loop Homa client: fixed-size echo RPCs, latency and throughput.
     Client(client::ClientArgs),
-    /// Loopback round-trip latency: Homa vs raw UDP vs TCP, per message size.
+    /// Loopback round-trip latency per message size: Homa vs raw UDP vs TCP, and async (tokio) transports.
     EchoBench(echo_bench::EchoBenchArgs),
+    /// Small RPCs per second against a server with M threads: Homa vs raw UDP vs TCP.
+    RateBench(rate_bench::RateBenchArgs),
     /// Loopback throughput of large messages: Homa vs one TCP connection.
     ThroughputBench(throughput_bench::ThroughputBenchArgs),
     /// The emulated cluster: network namespaces, a bridge, priority queues (root).
     Testbed(testbed::TestbedArgs),
-    /// Cluster benchmark nodes and the whole Homa-vs-TCP experiment on the testbed.
+    /// The cluster benchmark: an open-loop client node, and the whole Homa-vs-TCP experiment on the testbed.
     Bench(cluster_bench::BenchArgs),
     /// Packet-level datacenter simulation of Homa (paper topology, workloads W1-W5, sweeps).
     Sim(sim::SimArgs),
@@ -46,6 +51,7 @@ fn main() -> anyhow::Result<()> {
         Command::Server(args) => server::run(args),
         Command::Client(args) => client::run(args),
         Command::EchoBench(args) => echo_bench::run(args),
+        Command::RateBench(args) => rate_bench::run(args),
         Command::ThroughputBench(args) => throughput_bench::run(args),
         Command::Testbed(args) => testbed::run(args),
         Command::Bench(args) => cluster_bench::run(args),

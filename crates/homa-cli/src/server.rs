@@ -1,29 +1,38 @@
-//! `homa server`: an echo server (or a fixed-size replier) on one endpoint,
-//! served by any number of threads.
+//! `homa server`: the options of the echo server node
+//! (`homa_bench::node::start_server`): Homa, Homa without priorities, or
+//! TCP, on one or more ports, each served by any number of threads.
 
-use crate::bench::HomaOpts;
-use bytes::Bytes;
+use crate::opts::HomaOpts;
 use clap::Args;
+use homa_bench::node::{self, ServerSpec, Transport};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct ServerArgs {
-    /// Address to listen on, e.g. 127.0.0.1:4000 or [::]:4000.
+    /// Address to listen on, e.g. 127.0.0.1:4000 or [::]:4000; with
+    /// --ports N, ports PORT..PORT+N-1.
     #[arg(long)]
     pub listen: SocketAddr,
-    /// Threads receiving and answering requests.
+    /// homa, homa-noprio (every packet in the lowest DSCP class) or tcp
+    /// (length-prefixed frames on persistent connections).
+    #[arg(long, default_value = "homa")]
+    pub transport: Transport,
+    /// Listening ports, from the one in --listen.
+    #[arg(long, default_value_t = 1)]
+    pub ports: usize,
+    /// Threads receiving and answering requests on each Homa port (TCP: one
+    /// event loop per port).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Answer every request with this many bytes instead of echoing it.
-    #[arg(long)]
-    pub reply_size: Option<usize>,
+    /// Largest request a TCP connection may carry (larger ones close it).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub max_message: usize,
     /// Stop after this many seconds (default: run until killed).
     #[arg(long)]
     pub seconds: Option<f64>,
-    /// Print counters to stderr this often (seconds; 0 = only at exit).
+    /// Print the Homa endpoint's counters to stderr this often (seconds;
+    /// 0 = only at exit).
     #[arg(long, default_value_t = 10.0)]
     pub stats_interval: f64,
     #[command(flatten)]
@@ -31,74 +40,54 @@ pub struct ServerArgs {
 }
 
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
-    let ep = homa::Endpoint::bind_with(args.listen, args.homa.config()?)?;
-    println!("homa server listening on {}", ep.local_addr());
-    let served = Arc::new(AtomicU64::new(0));
-    let fixed = args.reply_size.map(|n| Bytes::from(vec![0u8; n]));
-    let mut workers = Vec::new();
-    for _ in 0..args.threads.max(1) {
-        let (ep, served, fixed) = (ep.clone(), served.clone(), fixed.clone());
-        workers.push(std::thread::spawn(move || serve(&ep, &served, fixed)));
-    }
+    let spec = ServerSpec {
+        transport: args.transport,
+        ip: args.listen.ip(),
+        base_port: args.listen.port(),
+        ports: args.ports,
+        threads_per_port: args.threads,
+        homa: args.homa.config()?,
+        max_message: args.max_message,
+    };
+    let h = node::start_server(&spec)?;
+    let addrs: Vec<String> = h.addrs.iter().map(|a| a.to_string()).collect();
+    println!(
+        "{} server listening on {}",
+        args.transport,
+        addrs.join(", ")
+    );
     let start = Instant::now();
     let mut last_report = Instant::now();
-    loop {
+    while !args
+        .seconds
+        .is_some_and(|s| start.elapsed().as_secs_f64() >= s)
+    {
         std::thread::sleep(Duration::from_millis(100));
-        if args
-            .seconds
-            .is_some_and(|s| start.elapsed().as_secs_f64() >= s)
-        {
-            break;
-        }
-        if workers.iter().all(|w| w.is_finished()) {
-            break;
-        }
         if args.stats_interval > 0.0 && last_report.elapsed().as_secs_f64() >= args.stats_interval {
-            report(&ep, &served);
+            if let Some(ep) = &h.homa_endpoint {
+                report(ep);
+            }
             last_report = Instant::now();
         }
     }
-    ep.shutdown();
-    for w in workers {
-        w.join()
-            .map_err(|_| anyhow::anyhow!("server thread panicked"))??;
+    if let Some(ep) = &h.homa_endpoint {
+        report(ep);
     }
-    report(&ep, &served);
+    let st = h.stop()?;
+    println!(
+        "served {} requests ({} bytes), {} errors",
+        st.requests, st.bytes, st.errors
+    );
     Ok(())
 }
 
-/// One worker: answers requests inside its own receive passes
-/// (`Endpoint::serve`) until the endpoint shuts down.
-fn serve(ep: &homa::Endpoint, served: &AtomicU64, fixed: Option<Bytes>) -> anyhow::Result<()> {
-    let mut failed = None;
-    ep.serve(|req| {
-        let (message, responder) = req.into_parts();
-        let body = match &fixed {
-            Some(b) => b.clone(),
-            // The echo shares the request's pool space: no copy.
-            None => message.into_bytes(),
-        };
-        match responder.reply(body) {
-            // The client gave up on this RPC meanwhile: nothing to answer.
-            Ok(()) | Err(homa::Error::UnknownRpc) | Err(homa::Error::Shutdown) => {}
-            Err(e) => {
-                failed.get_or_insert(e);
-            }
-        }
-        served.fetch_add(1, Ordering::Relaxed);
-    })?;
-    match failed {
-        Some(e) => Err(e.into()),
-        None => Ok(()),
-    }
-}
-
-fn report(ep: &homa::Endpoint, served: &AtomicU64) {
+/// The first port's endpoint counters.
+fn report(ep: &homa::Endpoint) {
     let m = ep.metrics();
     let s = ep.socket_stats();
     eprintln!(
-        "served {} requests; packets in {} out {}; dropped by engine {} (malformed {}, bad checksum {}); truncated {}",
-        served.load(Ordering::Relaxed),
+        "{}: packets in {} out {}; dropped by engine {} (malformed {}, bad checksum {}); truncated {}",
+        ep.local_addr(),
         s.packets_received,
         s.packets_sent,
         m.total_drops(),

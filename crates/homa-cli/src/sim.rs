@@ -9,7 +9,7 @@ use clap::Args;
 use homa_sim::report;
 use homa_sim::sim::{Pattern, Progress, SimSpec, Stop, Variant};
 use homa_sim::topology::Topology;
-use homa_sim::workload::Workload;
+use homa_workload::workload::Workload;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::time::Duration;
 

@@ -6,16 +6,18 @@
 //! statistics. The `homa sim` command is its front end; the model, parameters
 //! and measured results are in `docs/simulation.md`.
 //!
-//! * [`workload`]: W1–W5 (embedded), fixed sizes, CSV files, length cap.
 //! * [`topology`]: the paper's network, stars, two-level trees; the analytic
 //!   best-case latency and RTT.
 //! * [`priorities`]: unscheduled priority levels and cutoffs from a workload.
 //! * [`sim`]: one run ([`sim::SimSpec`] in, [`sim::Report`] out).
-//! * [`stats`], [`report`], [`plot`]: deciles, tables, JSON, SVG, parallel sweeps.
-pub mod plot;
+//! * [`report`]: tables, JSON, SVG, parallel sweeps.
+//!
+//! Workloads, slowdown statistics and plots are `homa-workload`'s (the
+//! testbed shares them); the `crate::` paths below keep the modules' code
+//! as it was.
 pub mod priorities;
 pub mod report;
 pub mod sim;
-pub mod stats;
 pub mod topology;
-pub mod workload;
+
+pub(crate) use homa_workload::{plot, stats, workload};

@@ -22,6 +22,7 @@ use crate::workload::Workload;
 use bytes::Bytes;
 use homa_proto::wire::DATA_PACKET_OVERHEAD;
 use homa_proto::{Config, Event, RpcId, Time};
+use homa_testnet::net::mix;
 use homa_testnet::{App, EngineNet, HostCtx, HostId, LinkId, Node};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -1126,14 +1127,6 @@ fn thread_cpu_seconds() -> f64 {
         return 0.0;
     }
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
-}
-
-/// SplitMix64 finalizer, for deriving independent seeds.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

@@ -73,11 +73,9 @@ pub struct Path {
     pub hops: Vec<Hop>,
 }
 
-/// Time to serialize `wire_bytes` at `rate_bps`, rounded up to whole ns (the
-/// same rounding as the network model).
-pub fn tx_time(wire_bytes: u64, rate_bps: u64) -> u64 {
-    (wire_bytes * 8 * 1_000_000_000).div_ceil(rate_bps.max(1))
-}
+/// Time to serialize `wire_bytes` at `rate_bps`, rounded up to whole ns:
+/// the network model's own function, so the best case rounds alike.
+pub use homa_testnet::net::tx_time;
 
 impl Topology {
     /// The Homa paper's simulated network: 144 hosts in 9 racks of 16, 10 Gbps

@@ -7,9 +7,9 @@
 
 use homa_sim::report::run_all;
 use homa_sim::sim::{Report, SimSpec, Stop, Variant};
-use homa_sim::stats::Group;
 use homa_sim::topology::{tx_time, Topology};
-use homa_sim::workload::Workload;
+use homa_workload::stats::Group;
+use homa_workload::workload::Workload;
 use std::collections::HashMap;
 
 fn spec(

@@ -8,20 +8,20 @@
 //! then carries `load × link rate` of payload on average (plus headers,
 //! which the report's measured link utilization includes).
 
-use crate::bench::probe::{probe, probe_sizes, Baseline, ProbePoint, ProbeSpec};
-use crate::bench::{
-    run_client, start_server, ClientResult, ClientSpec, Pattern, ServerHandle, ServerSpec,
-    Transport,
-};
 use crate::cpu::{CpuSample, CpuUsage};
 use crate::netns::{run_in, spawn_in};
 use crate::progress::Bar;
 use crate::report::{ClusterReport, EngineSummary, TransportResult, UnloadedRow};
 use crate::testbed::{host_addr, Testbed, TestbedConfig};
 use crate::{Error, Result};
+use homa_bench::node::probe::{probe, probe_sizes, Baseline, ProbePoint, ProbeSpec};
+use homa_bench::node::{
+    run_client, start_server, ClientResult, ClientSpec, ServerHandle, ServerSpec, Transport,
+};
+use homa_bench::payload::Payloads;
 use homa_sim::priorities::PriorityPlan;
-use homa_sim::stats::{Completion, SlowdownTable};
-use homa_sim::workload::Workload;
+use homa_workload::stats::{Completion, SlowdownTable};
+use homa_workload::workload::Workload;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -209,7 +209,7 @@ impl Servers {
         for h in self.0.drain(..) {
             if let Err(e) = h.stop() {
                 if first.is_ok() {
-                    first = Err(e);
+                    first = Err(e.into());
                 }
             }
         }
@@ -241,7 +241,7 @@ fn start_servers(
             homa: homa.clone(),
             max_message: cfg.workload.max_len() as usize,
         };
-        s.0.push(run_in(&tb.ns(i), move || start_server(&spec))?);
+        s.0.push(run_in(&tb.ns(i), move || Ok(start_server(&spec)?))?);
     }
     Ok(s)
 }
@@ -270,7 +270,7 @@ fn probe_transport(
     homa: &homa::EndpointConfig,
     cfg: &ClusterConfig,
     sizes: Vec<u32>,
-    pattern: &Pattern,
+    payloads: &Payloads,
     budget_per_size: Duration,
 ) -> Result<Vec<ProbePoint>> {
     let mut servers = start_servers(tb, t, homa, cfg, std::iter::once(1))?;
@@ -283,9 +283,9 @@ fn probe_transport(
         min_reps: 5,
         budget_per_size,
         homa: homa.clone(),
-        pattern: pattern.clone(),
+        payloads: payloads.clone(),
     };
-    let r = run_in(&tb.ns(0), move || probe(&spec));
+    let r = run_in(&tb.ns(0), move || Ok(probe(&spec)?));
     servers.stop()?;
     r
 }
@@ -305,7 +305,7 @@ pub fn run(cfg: &ClusterConfig) -> Result<ClusterReport> {
 pub fn run_on(tb: &Testbed, cfg: &ClusterConfig) -> Result<ClusterReport> {
     cfg.validate()?;
     let n = tb.hosts();
-    let pattern = Pattern::new(cfg.workload.max_len() as usize);
+    let payloads = Payloads::new(cfg.workload.max_len() as usize);
     let mut notes = Vec::new();
 
     // Background CPU use of the machine (other tenants) with the testbed idle.
@@ -325,7 +325,7 @@ pub fn run_on(tb: &Testbed, cfg: &ClusterConfig) -> Result<ClusterReport> {
                 &probe_cfg,
                 cfg,
                 vec![1400],
-                &pattern,
+                &payloads,
                 Duration::from_millis(300),
             )?;
             p[0].p50_ns
@@ -345,7 +345,7 @@ pub fn run_on(tb: &Testbed, cfg: &ClusterConfig) -> Result<ClusterReport> {
             cfg.progress,
         );
         bar.update(&format!("{} sizes", sizes.len()));
-        let pts = probe_transport(tb, t, &homa_cfg, cfg, sizes.clone(), &pattern, budget)?;
+        let pts = probe_transport(tb, t, &homa_cfg, cfg, sizes.clone(), &payloads, budget)?;
         bar.finish(&format!(
             "{} sizes, smallest {:.0} µs",
             pts.len(),
@@ -375,7 +375,7 @@ pub fn run_on(tb: &Testbed, cfg: &ClusterConfig) -> Result<ClusterReport> {
     let workload = Arc::new(cfg.workload.clone());
     let mut results = Vec::new();
     for &t in &cfg.transports {
-        let r = run_phase(tb, cfg, t, &homa_cfg, &workload, &pattern, &baseline)?;
+        let r = run_phase(tb, cfg, t, &homa_cfg, &workload, &payloads, &baseline)?;
         if r.cpu_saturated {
             notes.push(format!(
                 "{t}: the machine's CPUs were {:.0}% busy during the run (this benchmark: {:.0}%): this result is CPU-bound, not a network result",
@@ -440,7 +440,7 @@ fn run_phase(
     t: Transport,
     homa_cfg: &homa::EndpointConfig,
     workload: &Arc<Workload>,
-    pattern: &Pattern,
+    payloads: &Payloads,
     baseline: &Baseline,
 ) -> Result<TransportResult> {
     let n = tb.hosts();
@@ -472,11 +472,11 @@ fn run_phase(
             homa_endpoint: servers.0[i].homa_endpoint.clone(),
             tcp_conns: cfg.tcp_conns,
             tcp_max_conns: cfg.tcp_max_conns.max(cfg.tcp_conns),
-            pattern: pattern.clone(),
+            payloads: payloads.clone(),
             progress: Some(progress.clone()),
         };
         clients.push(spawn_in(&tb.ns(i), format!("client-h{i}"), move || {
-            run_client(&spec)
+            Ok(run_client(&spec)?)
         })?);
     }
     let start = Instant::now();
@@ -590,7 +590,7 @@ fn summarize(
         .map(|s| s.rtt_ns as f64 / 1e3)
         .collect();
     rtt.sort_by(f64::total_cmp);
-    let pct = |v: &[f64], p: f64| homa_sim::stats::percentile(v, p);
+    let pct = |v: &[f64], p: f64| homa_workload::stats::percentile(v, p);
     let mut lag: Vec<f64> = total
         .samples
         .iter()

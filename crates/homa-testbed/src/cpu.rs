@@ -5,6 +5,7 @@
 //! to wait for a CPU, the direct sign that the CPU, not the network, is the
 //! bottleneck).
 
+use homa_bench::machine::read_stat;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -29,28 +30,6 @@ pub struct CpuUsage {
     /// Time during which some task waited for a CPU, % of wall time
     /// (None when the kernel has no PSI).
     pub pressure_percent: Option<f64>,
-}
-
-fn read_stat() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    parse_stat(&text)
-}
-
-/// (busy, total) ticks from the aggregate `cpu` line of /proc/stat.
-fn parse_stat(text: &str) -> Option<(u64, u64)> {
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    if v.len() < 4 {
-        return None;
-    }
-    // user nice system idle iowait irq softirq steal (guest is in user).
-    let total: u64 = v.iter().take(8).sum();
-    let idle = v[3] + v.get(4).copied().unwrap_or(0);
-    Some((total - idle, total))
 }
 
 /// `total=` of the `some` line of /proc/pressure/cpu, in µs.
@@ -117,6 +96,7 @@ fn round1(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use homa_bench::machine::parse_stat;
 
     #[test]
     fn parses_proc_files() {

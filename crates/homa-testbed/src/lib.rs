@@ -9,14 +9,13 @@
 //!
 //! * [`testbed`]: `up` / `down` / `status` of the emulated network.
 //! * [`tc`]: the priority-queue tree and its counters.
-//! * [`bench`]: the cp_node equivalent: bench servers and open-loop
-//!   clients over Homa or TCP, in whatever namespace the thread is in.
+//! * The node programs it runs on every host (bench servers and open-loop
+//!   clients over Homa or TCP) are `homa_bench::node`'s.
 //! * [`cluster`]: the whole experiment on a testbed; [`report`] its output.
 //!
 //! Everything here needs root (namespaces, tc); [`cmd::require_root`] gives
 //! a clear error otherwise.
 
-pub mod bench;
 pub mod cluster;
 pub mod cmd;
 pub mod cpu;
@@ -26,9 +25,6 @@ pub mod report;
 pub mod tc;
 pub mod testbed;
 
-/// The simulator crate, whose workloads, statistics and plots the benchmark
-/// uses (re-exported so that the CLI needs no second dependency).
-pub use homa_sim;
 pub use testbed::{Testbed, TestbedConfig, TestbedGuard};
 
 /// Default emulated link rate (Gbit/s). Chosen so that the links, not the
@@ -45,7 +41,7 @@ pub const RPC_BUDGET: f64 = 3_000.0;
 /// The default link rate for a workload: [`DEFAULT_GBPS`], or less when the
 /// workload's messages are so small that the RPC rate at that link rate would
 /// make the CPU the bottleneck (W1-W3).
-pub fn default_gbps(w: &homa_sim::workload::Workload, load: f64, hosts: usize) -> f64 {
+pub fn default_gbps(w: &homa_workload::workload::Workload, load: f64, hosts: usize) -> f64 {
     // Each host offers load x G of request + response payload.
     let g = RPC_BUDGET * 2.0 * w.mean() * 8.0 / (load.max(0.01) * hosts.max(1) as f64) / 1e9;
     (g.clamp(0.001, DEFAULT_GBPS) * 1000.0).round() / 1000.0
@@ -54,7 +50,7 @@ pub fn default_gbps(w: &homa_sim::workload::Workload, load: f64, hosts: usize) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use homa_sim::workload::Workload;
+    use homa_workload::workload::Workload;
 
     #[test]
     fn default_rate_shrinks_for_small_messages() {
@@ -86,6 +82,8 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error("homa: {0}")]
     Homa(#[from] homa::Error),
+    #[error(transparent)]
+    Node(#[from] homa_bench::node::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

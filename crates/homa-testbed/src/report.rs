@@ -7,8 +7,8 @@
 //! "achieved_gbps", "cpu_percent", ...}]}`.
 
 use crate::cpu::CpuUsage;
-use homa_sim::plot::{render_svg, size_label, Series};
-use homa_sim::stats::Group;
+use homa_workload::plot::{render_svg, size_label, Series};
+use homa_workload::stats::Group;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;

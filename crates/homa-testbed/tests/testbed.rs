@@ -7,12 +7,13 @@
 //! when the test fails, and every test first removes testbeds left by dead
 //! test processes. The loopback tests at the end need nothing special.
 
-use homa_testbed::bench::{self, ClientSpec, Pattern, ServerSpec, Transport};
+use homa_bench::node::{self as bench, ClientSpec, ServerSpec, Transport};
+use homa_bench::payload::Payloads;
 use homa_testbed::cmd::is_root;
-use homa_testbed::homa_sim::workload::Workload;
 use homa_testbed::netns::{run_in, spawn_in};
 use homa_testbed::testbed::{self, host_addr, list_prefixes};
 use homa_testbed::{Testbed, TestbedConfig, TestbedGuard};
+use homa_workload::workload::Workload;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -368,7 +369,7 @@ fn short_bench_run(tag: char, t: Transport) {
     {
         let tb = up(tag, 3, 0.1, |_| {});
         let workload = Arc::new(Workload::builtin("w3").unwrap().capped(200_000));
-        let pattern = Pattern::new(workload.max_len() as usize);
+        let payloads = Payloads::new(workload.max_len() as usize);
         let mut homa = homa::EndpointConfig::default();
         homa.engine.link_bps = 97_000_000;
         homa.engine.rtt_ns = 150_000;
@@ -385,7 +386,7 @@ fn short_bench_run(tag: char, t: Transport) {
                 homa: homa.clone(),
                 max_message: workload.max_len() as usize,
             };
-            servers.push(run_in(&tb.ns(i), move || bench::start_server(&spec)).unwrap());
+            servers.push(run_in(&tb.ns(i), move || Ok(bench::start_server(&spec)?)).unwrap());
         }
         let mut clients = Vec::new();
         for i in 0..3 {
@@ -408,11 +409,14 @@ fn short_bench_run(tag: char, t: Transport) {
                 homa_endpoint: None,
                 tcp_conns: 2,
                 tcp_max_conns: 8,
-                pattern: pattern.clone(),
+                payloads: payloads.clone(),
                 progress: None,
             };
             clients.push(
-                spawn_in(&tb.ns(i), format!("c{i}"), move || bench::run_client(&spec)).unwrap(),
+                spawn_in(&tb.ns(i), format!("c{i}"), move || {
+                    Ok(bench::run_client(&spec)?)
+                })
+                .unwrap(),
             );
         }
         let mut total = bench::ClientResult::default();
@@ -518,7 +522,7 @@ fn loopback_client(
         transport: t,
         ip: "127.0.0.1".parse().unwrap(),
         servers,
-        pattern: Pattern::new(w.max_len() as usize),
+        payloads: Payloads::new(w.max_len() as usize),
         workload: w,
         gbps: 0.05,
         max_outstanding: 20,

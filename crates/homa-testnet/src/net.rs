@@ -326,8 +326,9 @@ pub struct Fabric {
     events: u64,
 }
 
-/// SplitMix64 finalizer: a cheap, well-mixed, deterministic hash step.
-pub(crate) fn mix(mut z: u64) -> u64 {
+/// SplitMix64 finalizer: a cheap, well-mixed, deterministic hash step
+/// (also the simulator's seed derivation).
+pub fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -343,7 +344,9 @@ pub(crate) fn fnv(data: &[u8]) -> u64 {
     h
 }
 
-fn tx_time(wire_bytes: u64, rate_bps: u64) -> Time {
+/// Time to serialize `wire_bytes` at `rate_bps`, in ns (also the
+/// simulator's analytic best case, which must round alike).
+pub fn tx_time(wire_bytes: u64, rate_bps: u64) -> Time {
     // Rounded up to whole ns; u64 is enough for 64 KB datagrams at any rate.
     (wire_bytes * 8 * 1_000_000_000).div_ceil(rate_bps.max(1))
 }

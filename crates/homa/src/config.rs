@@ -91,6 +91,13 @@ pub struct EndpointConfig {
     /// Random packet loss at the socket layer (tests of loss recovery; set
     /// with the `test-hooks` feature's `EndpointBuilder::fault`).
     pub(crate) fault: Option<FaultInjector>,
+    /// Set `SO_REUSEPORT` on the socket before binding, so that several
+    /// endpoints (each with its own engine, typically one per core) can bind
+    /// the same address. The kernel then steers each datagram by a hash of
+    /// its 4-tuple to one of them: every packet of an RPC shares its
+    /// client's 4-tuple, so an RPC stays on one endpoint. Every endpoint of
+    /// the group must set it (same user). Off by default.
+    pub reuse_port: bool,
 }
 
 /// Builds an [`EndpointConfig`] and binds endpoints with it. Every setter
@@ -156,6 +163,13 @@ impl EndpointBuilder {
     /// ([`EndpointConfig::poll`]). Default: 50 µs.
     pub fn poll(mut self, poll: Duration) -> EndpointBuilder {
         self.cfg.poll = poll;
+        self
+    }
+    /// Set `SO_REUSEPORT` before binding ([`EndpointConfig::reuse_port`]),
+    /// so that several endpoints (one per core) can share an address.
+    /// Default: `false`.
+    pub fn reuse_port(mut self, on: bool) -> EndpointBuilder {
+        self.cfg.reuse_port = on;
         self
     }
     /// How long an async wait busy-polls before its task yields to tokio's
@@ -286,6 +300,7 @@ impl Default for EndpointConfig {
             rpc_id_seed: None,
             fail_on_unreachable: true,
             fault: None,
+            reuse_port: false,
         }
     }
 }

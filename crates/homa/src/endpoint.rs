@@ -142,6 +142,7 @@ impl Endpoint {
                 // Short messages and control packets mostly go at the top
                 // level: those go out without a TOS cmsg.
                 default_tos: cfg.tos(engine_cfg.priority_levels.saturating_sub(1)),
+                reuse_port: cfg.reuse_port,
             },
         )?;
         let base_ns = monotonic_ns();

@@ -41,6 +41,8 @@ pub(crate) struct SocketOptions {
     /// TOS byte set on the socket itself: a lone packet with this TOS goes
     /// out with `sendto`, no control message (see [`TxQueue::flush`]).
     pub default_tos: u8,
+    /// Set SO_REUSEPORT before bind (see `EndpointConfig::reuse_port`).
+    pub reuse_port: bool,
 }
 
 /// Counters kept by the socket layer (the engine keeps its own).
@@ -125,6 +127,9 @@ impl UdpSocket {
             libc::SO_SNDBUF,
             opts.buffer_bytes,
         );
+        if opts.reuse_port {
+            sock.set_reuse_port(true)?;
+        }
         sock.bind(&addr.into())?;
         let fd = sock.as_raw_fd();
         // ICMP errors (port unreachable...) go to the error queue instead of
@@ -1208,6 +1213,7 @@ mod tests {
             buffer_bytes: 1 << 20,
             dont_fragment: true,
             default_tos: 46 << 2,
+            reuse_port: false,
         }
     }
 
@@ -1442,6 +1448,19 @@ mod tests {
         let (_, stats) = recv_all(&mut rx, &b, 1);
         assert_eq!(stats.gro_switches, 1);
         assert!(!gro_on());
+    }
+
+    #[test]
+    fn reuse_port_lets_a_second_socket_bind_the_same_address() {
+        let o = SocketOptions {
+            reuse_port: true,
+            ..opts()
+        };
+        let a = UdpSocket::bind("127.0.0.1:0".parse().unwrap(), &o).unwrap();
+        let b = UdpSocket::bind(a.local_addr(), &o).unwrap();
+        assert_eq!(a.local_addr(), b.local_addr());
+        // Without the option on the newcomer, the address is taken.
+        assert!(UdpSocket::bind(a.local_addr(), &opts()).is_err());
     }
 
     #[test]

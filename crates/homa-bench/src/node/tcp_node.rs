@@ -10,11 +10,11 @@
 //! The server answers a request only once all of it has arrived, as an RPC
 //! server would (and as the Homa server must).
 
-use super::epoll::{Epoll, TimerFd, ERR, IN, OUT};
 use super::{
     record, Arrival, ClientResult, ClientSpec, Schedule, ServerHandle, ServerSpec, ServerStats,
 };
-use crate::{Error, Result};
+use super::{Error, Result};
+use crate::epoll::{Epoll, TimerFd, ERR, IN, OUT};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -445,7 +445,7 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
                 r.pipelined += 1;
             }
             c.out.push(&encode_header(a.len, a.seq));
-            c.out.push(&spec.pattern.payload(a.seq, a.len));
+            c.out.push(&spec.payloads.payload(a.seq, a.len));
             c.fifo.push_back(Outstanding {
                 a,
                 started: Instant::now(),
@@ -577,7 +577,7 @@ fn client_read(
             }
             let k = (front.a.len - c.body_off).min(n - p);
             if k > 0 {
-                let expect = spec.pattern.payload(front.a.seq, front.a.len);
+                let expect = spec.payloads.payload(front.a.seq, front.a.len);
                 if scratch[p..p + k] != expect[c.body_off..c.body_off + k] {
                     c.body_ok = false;
                 }

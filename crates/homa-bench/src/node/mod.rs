@@ -9,23 +9,36 @@
 //! every RPC's size and round-trip time is recorded.
 //!
 //! These functions use whatever network namespace the calling thread is
-//! in; [`crate::netns::spawn_in`] puts them on a testbed host.
+//! in; `homa_testbed::netns::spawn_in` puts them on a testbed host.
 
-mod epoll;
 pub mod homa_node;
 pub mod probe;
 pub mod tcp_node;
 
-use crate::{Error, Result};
-use bytes::Bytes;
-use homa_sim::workload::Workload;
-use rand::{Rng, RngCore, SeedableRng};
+use crate::payload::Payloads;
+use homa_workload::workload::Workload;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Why a node program failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("benchmark: {0}")]
+    Bench(String),
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("homa: {0}")]
+    Homa(#[from] homa::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What carries the RPCs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -82,33 +95,6 @@ impl FromStr for Transport {
 impl std::fmt::Display for Transport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-/// Bytes that make up every payload: random, so a response holding the
-/// wrong bytes, or another RPC's bytes, does not compare equal.
-#[derive(Clone)]
-pub struct Pattern {
-    bytes: Bytes,
-}
-
-/// Offsets into the pattern vary over this range.
-const PATTERN_SLACK: usize = 1 << 16;
-
-impl Pattern {
-    /// A pattern long enough for messages of up to `max_len` bytes.
-    pub fn new(max_len: usize) -> Pattern {
-        let mut v = vec![0u8; max_len + PATTERN_SLACK + 8];
-        ChaCha8Rng::seed_from_u64(0x5eed_1e55).fill_bytes(&mut v);
-        Pattern { bytes: v.into() }
-    }
-    /// The payload of RPC `seq` of length `len` (a zero-copy slice).
-    pub fn payload(&self, seq: u64, len: usize) -> Bytes {
-        let off = (seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as usize % PATTERN_SLACK;
-        self.bytes.slice(off..off + len)
-    }
-    pub fn max_len(&self) -> usize {
-        self.bytes.len() - PATTERN_SLACK - 8
     }
 }
 
@@ -196,7 +182,7 @@ pub struct ClientSpec {
     pub tcp_conns: usize,
     /// ...and at most this many (more are opened while all are busy).
     pub tcp_max_conns: usize,
-    pub pattern: Pattern,
+    pub payloads: Payloads,
     /// Incremented per completed RPC (for progress bars).
     pub progress: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
@@ -225,8 +211,8 @@ impl ClientSpec {
                 "a shared Homa endpoint takes exactly one client port".into(),
             ));
         }
-        if self.workload.max_len() as usize > self.pattern.max_len() {
-            return Err(Error::Config("pattern shorter than the workload".into()));
+        if self.workload.max_len() as usize > self.payloads.max_len() {
+            return Err(Error::Config("payloads shorter than the workload".into()));
         }
         Ok(())
     }
@@ -487,15 +473,6 @@ mod tests {
         assert_eq!(Transport::HomaNoprio.to_string(), "homa-noprio");
     }
 
-    #[test]
-    fn pattern_slices_differ_by_seq() {
-        let p = Pattern::new(1000);
-        assert_eq!(p.payload(1, 1000).len(), 1000);
-        assert_eq!(p.payload(7, 100), p.payload(7, 100));
-        assert_ne!(p.payload(7, 100), p.payload(8, 100));
-        assert!(p.max_len() >= 1000);
-    }
-
     fn spec(gbps: f64, ports: usize) -> ClientSpec {
         ClientSpec {
             transport: Transport::Homa,
@@ -513,7 +490,7 @@ mod tests {
             homa_endpoint: None,
             tcp_conns: 1,
             tcp_max_conns: 1,
-            pattern: Pattern::new(1000),
+            payloads: Payloads::new(1000),
             progress: None,
         }
     }

@@ -3,8 +3,9 @@
 
 use super::homa_node::endpoint_config;
 use super::tcp_node::{decode_header, encode_header, HEADER};
-use super::{Pattern, Transport};
-use crate::{Error, Result};
+use super::Transport;
+use super::{Error, Result};
+use crate::payload::Payloads;
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -33,7 +34,7 @@ pub struct ProbeSpec {
     /// Time allowed per size beyond `min_reps`.
     pub budget_per_size: Duration,
     pub homa: homa::EndpointConfig,
-    pub pattern: Pattern,
+    pub payloads: Payloads,
 }
 
 /// Measures every size (smallest first); every response is checked.
@@ -43,9 +44,9 @@ pub fn probe(spec: &ProbeSpec) -> Result<Vec<ProbePoint>> {
             SocketAddr::new(spec.ip, 0),
             endpoint_config(spec.transport, &spec.homa),
         )?;
-        let (server, pattern) = (spec.server, spec.pattern.clone());
+        let (server, payloads) = (spec.server, spec.payloads.clone());
         Box::new(move |seq, len| {
-            let req = pattern.payload(seq, len);
+            let req = payloads.payload(seq, len);
             let resp = ep.call_timeout(server, req.clone(), Duration::from_secs(5))?;
             if resp != *req {
                 return Err(Error::Bench(format!("echo of {len} bytes differs")));
@@ -56,10 +57,10 @@ pub fn probe(spec: &ProbeSpec) -> Result<Vec<ProbePoint>> {
         let mut s = TcpStream::connect_timeout(&spec.server, Duration::from_secs(3))?;
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        let pattern = spec.pattern.clone();
+        let payloads = spec.payloads.clone();
         let mut buf = Vec::new();
         Box::new(move |seq, len| {
-            let req = pattern.payload(seq, len);
+            let req = payloads.payload(seq, len);
             let mut frame = encode_header(len, seq).to_vec();
             frame.extend_from_slice(&req);
             s.write_all(&frame)?;
@@ -109,7 +110,7 @@ pub fn probe(spec: &ProbeSpec) -> Result<Vec<ProbePoint>> {
 
 /// Sizes at which to probe a workload: its smallest and largest lengths and
 /// the lengths at 24 evenly spaced quantiles (or every length, if fewer).
-pub fn probe_sizes(w: &homa_sim::workload::Workload) -> Vec<u32> {
+pub fn probe_sizes(w: &homa_workload::workload::Workload) -> Vec<u32> {
     let pts = w.points();
     let mut v: Vec<u32> = if pts.len() <= 26 {
         pts.iter().map(|p| p.0).collect()
@@ -172,7 +173,7 @@ impl Baseline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use homa_sim::workload::Workload;
+    use homa_workload::workload::Workload;
 
     #[test]
     fn baseline_interpolates_and_takes_best() {

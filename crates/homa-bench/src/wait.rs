@@ -1,6 +1,7 @@
-//! Busy-poll-then-block waiting for the raw UDP and TCP baselines, the same
-//! strategy the Homa runtime uses, so that the comparison is about the
-//! transports and not about how their callers wait.
+//! Waiting on sockets: one `poll(2)` wrapper, and the busy-poll-then-block
+//! receive and send loops of the raw UDP and TCP baselines (the strategy the
+//! Homa runtime uses, so that a comparison is about the transports and not
+//! about how their callers wait).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -28,11 +29,12 @@ impl Waiting<'_> {
     }
 }
 
-/// Sleeps until `fd` is readable, at most `max`; returns false on timeout.
-pub fn block_readable(fd: RawFd, max: Duration) -> io::Result<bool> {
+/// Sleeps until `fd` has one of `events` (`libc::POLLIN`, `libc::POLLOUT`),
+/// at most `max`; returns false on timeout or interruption.
+pub fn wait_fd(fd: RawFd, events: libc::c_short, max: Duration) -> io::Result<bool> {
     let mut p = libc::pollfd {
         fd,
-        events: libc::POLLIN,
+        events,
         revents: 0,
     };
     let ms = max.as_millis().min(i32::MAX as u128) as i32;
@@ -59,6 +61,21 @@ fn ended(w: &Waiting) -> Option<io::Error> {
     None
 }
 
+/// One step of waiting for `fd` to become readable: a spin while less than
+/// `w.poll` has passed since `since`, else a sleep of up to 50 ms; an error
+/// when the wait should end.
+fn wait_readable(fd: RawFd, since: Instant, w: &Waiting) -> io::Result<()> {
+    if let Some(e) = ended(w) {
+        return Err(e);
+    }
+    if since.elapsed() < w.poll {
+        std::hint::spin_loop();
+    } else {
+        wait_fd(fd, libc::POLLIN, Duration::from_millis(50))?;
+    }
+    Ok(())
+}
+
 /// Receives one datagram from a non-blocking socket, busy-polling first.
 pub fn udp_recv(sock: &UdpSocket, buf: &mut [u8], w: Waiting) -> io::Result<(usize, SocketAddr)> {
     let start = Instant::now();
@@ -66,14 +83,7 @@ pub fn udp_recv(sock: &UdpSocket, buf: &mut [u8], w: Waiting) -> io::Result<(usi
         match sock.recv_from(buf) {
             Ok(r) => return Ok(r),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if let Some(e) = ended(&w) {
-                    return Err(e);
-                }
-                if start.elapsed() < w.poll {
-                    std::hint::spin_loop();
-                } else {
-                    block_readable(sock.as_raw_fd(), Duration::from_millis(50))?;
-                }
+                wait_readable(sock.as_raw_fd(), start, &w)?;
             }
             Err(e) => return Err(e),
         }
@@ -92,14 +102,7 @@ pub fn tcp_read_exact(s: &mut TcpStream, buf: &mut [u8], w: Waiting) -> io::Resu
                 start = Instant::now();
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if let Some(e) = ended(&w) {
-                    return Err(e);
-                }
-                if start.elapsed() < w.poll {
-                    std::hint::spin_loop();
-                } else {
-                    block_readable(s.as_raw_fd(), Duration::from_millis(50))?;
-                }
+                wait_readable(s.as_raw_fd(), start, &w)?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -119,13 +122,7 @@ pub fn tcp_write_all(s: &mut TcpStream, buf: &[u8], w: Waiting) -> io::Result<()
                 if let Some(e) = ended(&w) {
                     return Err(e);
                 }
-                let mut p = libc::pollfd {
-                    fd: s.as_raw_fd(),
-                    events: libc::POLLOUT,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd.
-                unsafe { libc::poll(&mut p, 1, 50) };
+                wait_fd(s.as_raw_fd(), libc::POLLOUT, Duration::from_millis(50))?;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),

@@ -1,5 +1,6 @@
-//! Benchmark results: latency rows from HDR histograms, throughput rows, a
-//! plain-text table and the JSON object printed with `--json`.
+//! Benchmark results: latency rows from HDR histograms (per transport and
+//! size, or per decile of a workload's sizes), throughput rows, plain-text
+//! tables and the JSON object printed with `--json`.
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -52,6 +53,42 @@ impl LatencyRow {
             p999_us: us(0.999),
         }
     }
+}
+
+/// Round-trip times of the RPCs in one tenth of a run's sizes.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct DecileRow {
+    /// Largest size in the decile.
+    pub max_size: u32,
+    pub count: u64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+/// RPCs `(size, round-trip ns)` ordered by size and cut into ten groups of
+/// (nearly) equal count, with each group's latency quantiles. Empty input,
+/// no rows; fewer than ten RPCs, one row per RPC.
+pub fn latency_by_size_decile(samples: &[(u32, u64)]) -> Vec<DecileRow> {
+    let mut v = samples.to_vec();
+    v.sort_unstable();
+    let n = v.len();
+    let groups = n.min(10);
+    (0..groups)
+        .map(|k| {
+            let part = &v[k * n / groups..(k + 1) * n / groups];
+            let mut h = new_histogram();
+            for &(_, ns) in part {
+                record(&mut h, ns);
+            }
+            let us = |q: f64| (h.value_at_quantile(q) as f64 / 10.0).round() / 100.0;
+            DecileRow {
+                max_size: part.last().map_or(0, |s| s.0),
+                count: h.len(),
+                p50_us: us(0.5),
+                p99_us: us(0.99),
+            }
+        })
+        .collect()
 }
 
 /// Gbit/s for `bytes` moved in `secs`.
@@ -108,6 +145,21 @@ mod tests {
         assert!((r.p50_us - 500.0).abs() < 1.0, "{r:?}");
         assert!((r.p99_us - 990.0).abs() < 2.0, "{r:?}");
         assert!(r.p999_us >= r.p99_us);
+    }
+
+    #[test]
+    fn deciles_split_by_size_and_read_microseconds() {
+        // Sizes 1..=100, each RPC taking `size` µs.
+        let samples: Vec<(u32, u64)> = (1..=100u32).rev().map(|s| (s, s as u64 * 1000)).collect();
+        let rows = latency_by_size_decile(&samples);
+        assert_eq!(rows.len(), 10);
+        assert_eq!(rows[0].max_size, 10);
+        assert_eq!(rows[9].max_size, 100);
+        assert!(rows.iter().all(|r| r.count == 10));
+        assert!((rows[0].p50_us - 5.0).abs() < 0.1, "{:?}", rows[0]);
+        assert!((rows[9].p99_us - 100.0).abs() < 0.2, "{:?}", rows[9]);
+        assert_eq!(latency_by_size_decile(&[(5, 1000), (6, 2000)]).len(), 2);
+        assert!(latency_by_size_decile(&[]).is_empty());
     }
 
     #[test]

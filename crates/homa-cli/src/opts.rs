@@ -1,20 +1,11 @@
-//! Shared pieces of the benchmark subcommands: endpoint options, the
-//! busy-poll-then-block waiting used by the baselines, the raw UDP and TCP
-//! baselines themselves, and result reporting.
-
-pub mod baseline;
-pub mod poll;
-pub mod report;
+//! Command-line options shared by the subcommands that open Homa endpoints,
+//! and the parsers of sizes and engine overrides: the front end's half of
+//! every benchmark (the benchmarks themselves are in `homa-bench`).
 
 use clap::Args;
 use std::time::Duration;
 
-/// Default link rate for endpoints on a real network (Gbit/s).
-pub const NETWORK_GBPS: f64 = 25.0;
-/// Default link rate for the loopback benchmarks (Gbit/s): loopback moves
-/// data at memory speed (one TCP connection reaches 40-80 Gbit/s here), so
-/// pacing to a 25 Gbit/s NIC model would measure the model, not the stack.
-pub const LOOPBACK_GBPS: f64 = 100.0;
+use homa_bench::NETWORK_GBPS;
 
 /// Options of a Homa endpoint, common to every subcommand that opens one.
 #[derive(Args, Clone, Debug)]
@@ -136,29 +127,6 @@ pub fn parse_size(p: &str) -> anyhow::Result<usize> {
     Ok(n * mul)
 }
 
-/// A payload whose bytes depend on their position and on `seed`, so that a
-/// misplaced or corrupted byte is caught by [`check_payload`].
-pub fn payload(len: usize, seed: u64) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            ((i as u64)
-                .wrapping_mul(31)
-                .wrapping_add(seed.wrapping_mul(7))
-                >> 1) as u8
-        })
-        .collect()
-}
-
-/// Whether `data` is `payload(data.len(), seed)`.
-pub fn check_payload(data: &[u8], seed: u64) -> bool {
-    data.iter().enumerate().all(|(i, b)| {
-        *b == ((i as u64)
-            .wrapping_mul(31)
-            .wrapping_add(seed.wrapping_mul(7))
-            >> 1) as u8
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,14 +170,5 @@ mod tests {
         let off = Cli::parse_from(["t", "--no-pad"]).homa.config().unwrap();
         assert_eq!(off.engine.pad_v4, Default::default());
         assert_eq!(off.engine.pad_v6, Default::default());
-    }
-
-    #[test]
-    fn payload_check_catches_corruption() {
-        let mut p = payload(5000, 3);
-        assert!(check_payload(&p, 3));
-        assert!(!check_payload(&p, 4));
-        p[4321] ^= 1;
-        assert!(!check_payload(&p, 3));
     }
 }

@@ -3,10 +3,9 @@
 //! one-way stream with a small reply per message. Every waiting side
 //! busy-polls for the same time as Homa before it blocks.
 
-use super::check_payload;
-use super::payload;
-use super::poll::{tcp_read_exact, tcp_write_all, udp_recv, Waiting};
-use super::report::{new_histogram, record};
+use crate::payload::Payloads;
+use crate::stats::{new_histogram, record};
+use crate::wait::{tcp_read_exact, tcp_write_all, udp_recv, Waiting};
 use anyhow::Context;
 use hdrhistogram::Histogram;
 use std::net::{TcpListener, TcpStream, UdpSocket};
@@ -61,7 +60,8 @@ pub fn udp_pingpong(
     )?;
     let client = UdpSocket::bind("127.0.0.1:0")?;
     client.set_nonblocking(true)?;
-    let msg = payload(size, 1);
+    let payloads = Payloads::new(size);
+    let msg = payloads.payload(1, size);
     let mut buf = vec![0u8; 65_536];
     let mut h = new_histogram();
     let result = (|| -> anyhow::Result<()> {
@@ -89,7 +89,7 @@ pub fn udp_pingpong(
             }
         }
         anyhow::ensure!(
-            check_payload(&buf[..size], 1),
+            payloads.matches(1, &buf[..size]),
             "UDP echo corrupted the payload"
         );
         Ok(())
@@ -132,7 +132,8 @@ pub fn tcp_pingpong(
         }
         Ok(())
     });
-    let msg = payload(size, 2);
+    let payloads = Payloads::new(size);
+    let msg = payloads.payload(2, size);
     let mut buf = vec![0u8; size];
     let mut h = new_histogram();
     let w = Waiting::polling(poll);
@@ -144,7 +145,7 @@ pub fn tcp_pingpong(
             record(&mut h, t0.elapsed().as_nanos() as u64);
         }
     }
-    anyhow::ensure!(check_payload(&buf, 2), "TCP echo corrupted the payload");
+    anyhow::ensure!(payloads.matches(2, &buf), "TCP echo corrupted the payload");
     echo.join()
         .map_err(|_| anyhow::anyhow!("TCP echo thread panicked"))??;
     Ok(h)
@@ -176,7 +177,7 @@ pub fn tcp_throughput(
             tcp_write_all(&mut s, &answer, w)?;
         }
     });
-    let msg = payload(size, 3);
+    let msg = Payloads::new(size).payload(3, size);
     let mut rbuf = vec![0u8; reply];
     let w = Waiting::polling(poll);
     let window = window.max(1);
@@ -274,7 +275,7 @@ pub fn udp_gso_stream(size: usize, segment: usize, secs: f64) -> anyhow::Result<
         bytes
     });
     tx.connect(dest)?;
-    let msg = payload(size, 6);
+    let msg = Payloads::new(size).payload(6, size);
     let per_send = (65_000 / segment).clamp(1, 64) * segment;
     let mut ctrl = [0u64; 4];
     let start = Instant::now();

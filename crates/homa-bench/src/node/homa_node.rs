@@ -4,8 +4,7 @@ use super::{
     record, Arrival, ClientResult, ClientSpec, Schedule, ServerHandle, ServerSpec, ServerStats,
     Transport,
 };
-use crate::{Error, Result};
-use bytes::Bytes;
+use super::{Error, Result};
 use homa::{Endpoint, EndpointConfig, RpcId};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -71,31 +70,27 @@ pub(crate) fn start_server(spec: &ServerSpec) -> Result<ServerHandle> {
     })
 }
 
-/// Receive a request, echo it, until the endpoint shuts down.
+/// Echoes requests inside this thread's own receive passes
+/// (`Endpoint::serve`), each from the receive pool without a copy, until
+/// the endpoint shuts down.
 fn serve(ep: &Endpoint, c: &Counters) {
-    loop {
-        let req = match ep.recv_request() {
-            Ok(r) => r,
-            Err(homa::Error::Shutdown) => return,
-            Err(_) => {
-                c.errors.fetch_add(1, Relaxed);
-                continue;
-            }
-        };
-        let body = Bytes::from(req.message().to_vec());
-        let len = body.len() as u64;
-        match req.reply(body) {
+    let served = ep.serve(|req| {
+        let (message, responder) = req.into_parts();
+        let len = message.len() as u64;
+        match responder.reply(message.into_bytes()) {
             Ok(()) => {
                 c.requests.fetch_add(1, Relaxed);
                 c.bytes.fetch_add(len, Relaxed);
             }
-            Err(homa::Error::Shutdown) => return,
-            // The client abandoned the RPC meanwhile.
-            Err(homa::Error::UnknownRpc) => {}
+            // Shutting down, or the client abandoned the RPC meanwhile.
+            Err(homa::Error::Shutdown) | Err(homa::Error::UnknownRpc) => {}
             Err(_) => {
                 c.errors.fetch_add(1, Relaxed);
             }
         }
+    });
+    if !matches!(served, Ok(()) | Err(homa::Error::Shutdown)) {
+        c.errors.fetch_add(1, Relaxed);
     }
 }
 
@@ -133,7 +128,7 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
             let dest = ports[sched.pick(ports.len())];
             let t0 = Instant::now();
             r.issued += 1;
-            match ep.send_request_shared(dest, spec.pattern.payload(a.seq, a.len)) {
+            match ep.send_request_shared(dest, spec.payloads.payload(a.seq, a.len)) {
                 Ok(id) => {
                     pending.insert(id, (a, t0));
                 }
@@ -164,7 +159,7 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
         let (seq, len) = (a.seq, a.len);
         match resp.result {
             Ok(msg) => {
-                let expect = spec.pattern.payload(seq, len);
+                let expect = spec.payloads.payload(seq, len);
                 if msg.len() == len && msg == *expect {
                     record(&mut r, &sched, &a, t0, done, &spec.progress);
                 } else {

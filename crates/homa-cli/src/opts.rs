@@ -20,6 +20,11 @@ pub struct HomaOpts {
     /// Busy-poll time (µs) before a waiting thread sleeps.
     #[arg(long, default_value_t = 50)]
     pub poll_us: u64,
+    /// Busy-poll time (µs) of an async wait before its task yields to
+    /// tokio's reactor (the `homa-async` transport) [default: the
+    /// runtime's, 50].
+    #[arg(long)]
+    pub async_poll_us: Option<u64>,
     /// Disable UDP GSO on transmit.
     #[arg(long)]
     pub no_gso: bool,
@@ -56,7 +61,11 @@ impl HomaOpts {
     /// The endpoint configuration, pacing to `default_gbps` unless
     /// `--link-gbps` says otherwise.
     pub fn config_with_link(&self, default_gbps: f64) -> anyhow::Result<homa::EndpointConfig> {
-        let mut cfg = homa::Endpoint::builder()
+        let mut b = homa::Endpoint::builder();
+        if let Some(us) = self.async_poll_us {
+            b = b.async_poll(Duration::from_micros(us));
+        }
+        let mut cfg = b
             .mtu(self.mtu)
             .poll(Duration::from_micros(self.poll_us))
             .gso(!self.no_gso)

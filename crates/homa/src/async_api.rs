@@ -15,7 +15,8 @@
 //! Before registering, a future makes one non-blocking pass over the socket
 //! itself and, if no other thread or task is polling this endpoint,
 //! busy-polls for up to [`EndpointConfig::async_poll`](crate::EndpointConfig)
-//! (20 µs by default): a response that comes back within the budget costs
+//! (50 µs by default, as the blocking API's `poll`): a response that comes
+//! back within the budget costs
 //! no wake-up at all (on a loopback ping-pong, a round trip takes a few µs
 //! while a wake-up through the reactor takes tens), at the price of holding
 //! the executor thread while it spins, bounded by the budget and by one
@@ -44,7 +45,7 @@ use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -63,6 +64,8 @@ pub(crate) struct Reactor {
     /// lock by [`Reactor::rearm`].
     armed: AtomicU64,
     waker: parking_lot::Mutex<Option<Waker>>,
+    /// The driver task exists (it may be dormant).
+    task: AtomicBool,
 }
 
 impl Reactor {
@@ -71,6 +74,7 @@ impl Reactor {
             timer: TimerFd::new()?,
             armed: AtomicU64::new(u64::MAX),
             waker: parking_lot::Mutex::new(None),
+            task: AtomicBool::new(false),
         })
     }
 
@@ -106,10 +110,11 @@ impl AsRawFd for Fd {
 /// Clears the endpoint's reactor flag when the driver task ends (shutdown,
 /// the runtime shutting down, a failed registration), and hands the socket
 /// to the background thread if anyone still waits.
-struct ReactorGuard(Arc<Shared>);
+struct ReactorGuard(Arc<Shared>, Arc<Reactor>);
 
 impl Drop for ReactorGuard {
     fn drop(&mut self) {
+        self.1.task.store(false, SeqCst);
         self.0.roles.reactor.store(false, SeqCst);
         let now = self.0.now_ns();
         self.0.app_leaves(now);
@@ -117,12 +122,19 @@ impl Drop for ReactorGuard {
 }
 
 impl Shared {
-    /// Makes sure the driver task runs, on the current tokio runtime.
-    /// Returns false where there is none (the background thread then
-    /// watches for the caller, as for a sleeping thread).
+    /// Makes sure the driver task runs (on the current tokio runtime) and
+    /// watches: wakes it if it is dormant. Returns false where there is no
+    /// runtime (the background thread then watches for the caller, as for
+    /// a sleeping thread).
     fn ensure_reactor(self: &Arc<Self>) -> bool {
         if self.roles.reactor.load(SeqCst) {
             return true;
+        }
+        if let Some(r) = self.reactor_state.get() {
+            if r.task.load(SeqCst) {
+                r.wake();
+                return true;
+            }
         }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return false;
@@ -134,25 +146,35 @@ impl Shared {
                 Err(_) => return false,
             },
         };
-        if self
-            .roles
-            .reactor
-            .compare_exchange(false, true, SeqCst, SeqCst)
-            .is_err()
-        {
-            return true;
+        if r.task.compare_exchange(false, true, SeqCst, SeqCst).is_ok() {
+            handle.spawn(run_reactor(self.clone(), r));
+        } else {
+            r.wake();
         }
-        handle.spawn(run_reactor(self.clone(), r));
         true
     }
 
-    /// One poll of the driver task: drive the engine while the socket or
-    /// the timer is ready, then wait for tokio to say so again.
+    /// Whether the driver task should watch (be registered with tokio):
+    /// never while a thread or task busy-polls the endpoint (the spinner
+    /// drives the engine itself, and with the socket registered every
+    /// datagram would wake a tokio worker for nothing, preempting the
+    /// spinner on a small machine); otherwise once a task has had to wait,
+    /// and from then on until a spinner appears (registering and
+    /// deregistering cost a system call each, so a task that waits on
+    /// every call, with `async_poll` zero, keeps the socket registered).
+    fn reactor_wanted(&self, registered: bool) -> bool {
+        self.roles.pollers.count() == 0 && (registered || self.roles.blocked.load(SeqCst) > 0)
+    }
+
+    /// One poll of the driver task. Dormant (socket and timer not
+    /// registered with tokio, `roles.reactor` false) while nobody waits or
+    /// someone spins; otherwise registered, driving the engine while the
+    /// socket or the timer is ready. Returns `Ready` when the task should
+    /// end (shutdown, or tokio refused the registration).
     fn poll_reactor(
         &self,
         r: &Reactor,
-        sock: &AsyncFd<Fd>,
-        timer: &AsyncFd<Fd>,
+        regs: &mut Option<Registered>,
         cx: &mut Context<'_>,
     ) -> Poll<()> {
         {
@@ -165,6 +187,28 @@ impl Shared {
             if self.is_shut() {
                 return Poll::Ready(());
             }
+            if !self.reactor_wanted(regs.is_some()) {
+                // Go dormant; then look again, so that a task that blocked
+                // meanwhile (and saw the flag still set, so did not wake
+                // us) is not missed.
+                *regs = None;
+                self.roles.reactor.store(false, SeqCst);
+                if !self.reactor_wanted(false) {
+                    return Poll::Pending;
+                }
+            }
+            if regs.is_none() {
+                match Registered::new(self, r) {
+                    Some(g) => *regs = Some(g),
+                    None => return Poll::Ready(()),
+                }
+                self.roles.reactor.store(true, SeqCst);
+                self.locked(|_| {
+                    r.armed.store(u64::MAX, Relaxed);
+                    r.rearm(self.base_ns, self.next_deadline.load(SeqCst));
+                });
+            }
+            let Registered { sock, timer } = regs.as_ref().expect("registered");
             let mut work = false;
             match timer.poll_read_ready(cx) {
                 Poll::Ready(Ok(mut g)) => {
@@ -235,39 +279,67 @@ impl Shared {
             std::hint::spin_loop();
         }
         self.leave_polling(now, found);
+        // The driver task stays dormant while someone spins: if others
+        // wait, it must watch now.
+        if self.roles.blocked.load(SeqCst) > 0 && !self.roles.reactor.load(SeqCst) {
+            if let Some(r) = self.reactor_state.get() {
+                r.wake();
+            }
+        }
     }
 
     /// Registers a waiting future: counted as blocked, and watched for by
     /// the driver task (or, without a runtime, the background thread).
     fn enter_blocked_async(self: &Arc<Self>) {
-        self.ensure_reactor();
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Counted first, so that the driver task, woken below, sees it.
+            self.roles.blocked.fetch_add(1, SeqCst);
+            if self.ensure_reactor() {
+                return;
+            }
+            self.roles.blocked.fetch_sub(1, SeqCst);
+        }
         self.enter_blocked();
+    }
+}
+
+/// The socket and the timer, registered with tokio's reactor while the
+/// driver task watches (dropping them deregisters).
+struct Registered {
+    sock: AsyncFd<Fd>,
+    timer: AsyncFd<Fd>,
+}
+
+impl Registered {
+    /// Registers both, or `None` if tokio refuses (`AsyncFd` panics on a
+    /// runtime built without its I/O driver: the task then ends and the
+    /// background thread takes over).
+    fn new(shared: &Shared, r: &Reactor) -> Option<Registered> {
+        let regs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: both descriptors stay open and unchanged for the
+            // whole life of these `AsyncFd`s: the socket belongs to the
+            // endpoint's shared state and the timer to the reactor, both
+            // held by the driver task (its arguments) that owns this value;
+            // `Fd::as_raw_fd` always returns the same number.
+            unsafe {
+                (
+                    AsyncFd::register_with_interest(Fd(shared.sock.fd()), Interest::READABLE),
+                    AsyncFd::register_with_interest(Fd(r.timer.fd()), Interest::READABLE),
+                )
+            }
+        }));
+        match regs {
+            Ok((Ok(sock), Ok(timer))) => Some(Registered { sock, timer }),
+            _ => None,
+        }
     }
 }
 
 /// The driver task (see the module documentation).
 async fn run_reactor(shared: Arc<Shared>, r: Arc<Reactor>) {
-    let _guard = ReactorGuard(shared.clone());
-    // `AsyncFd` panics on a runtime built without its I/O driver: fall back
-    // to the background thread then (the guard hands over).
-    let regs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: both descriptors stay open and unchanged for the whole
-        // life of these `AsyncFd`s: the socket belongs to `shared` and the
-        // timer to `r`, both held by this task (function arguments, dropped
-        // after the task's locals); `Fd::as_raw_fd` always returns the same
-        // number.
-        unsafe {
-            (
-                AsyncFd::register_with_interest(Fd(shared.sock.fd()), Interest::READABLE),
-                AsyncFd::register_with_interest(Fd(r.timer.fd()), Interest::READABLE),
-            )
-        }
-    }));
-    let Ok((Ok(sock), Ok(timer))) = regs else {
-        return;
-    };
-    shared.locked(|_| r.rearm(shared.base_ns, shared.next_deadline.load(SeqCst)));
-    std::future::poll_fn(|cx| shared.poll_reactor(&r, &sock, &timer, cx)).await;
+    let _guard = ReactorGuard(shared.clone(), r.clone());
+    let mut regs = None;
+    std::future::poll_fn(|cx| shared.poll_reactor(&r, &mut regs, cx)).await;
 }
 
 impl Endpoint {

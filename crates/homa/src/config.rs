@@ -52,7 +52,8 @@ pub struct EndpointConfig {
     pub poll: Duration,
     /// How long an async wait (feature `tokio`) busy-polls the socket
     /// before its task yields to tokio's reactor, when no other thread or
-    /// task polls the same endpoint (default 20 µs). A response that comes
+    /// task polls the same endpoint (default 50 µs, as [`Self::poll`]). A
+    /// response that comes
     /// back within it costs no wake-up (a wake-up through the reactor takes
     /// tens of µs), at the price of holding the executor thread while
     /// spinning. Zero never spins: a task that waits gives its executor
@@ -174,7 +175,7 @@ impl EndpointBuilder {
     }
     /// How long an async wait busy-polls before its task yields to tokio's
     /// reactor, when nobody else polls the endpoint
-    /// ([`EndpointConfig::async_poll`]). Default: 20 µs; zero never spins.
+    /// ([`EndpointConfig::async_poll`]). Default: 50 µs; zero never spins.
     pub fn async_poll(mut self, poll: Duration) -> EndpointBuilder {
         self.cfg.async_poll = poll;
         self
@@ -289,7 +290,7 @@ impl Default for EndpointConfig {
                 .with_pad_v6(RUNTIME_PAD_V6),
             mtu: Some(1500),
             poll: Duration::from_micros(50),
-            async_poll: Duration::from_micros(20),
+            async_poll: Duration::from_micros(50),
             dscp: [0, 8, 16, 24, 32, 40, 48, 56],
             gso: true,
             gro: true,

@@ -26,6 +26,7 @@ impl Epoll {
         // SAFETY: plain syscall; the returned descriptor is owned here.
         let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         Ok(Epoll {
+            // SAFETY: `fd` was just created above (and checked); nothing else owns it.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
     }
@@ -93,6 +94,7 @@ impl TimerFd {
             )
         })?;
         Ok(TimerFd {
+            // SAFETY: `fd` was just created above (and checked); nothing else owns it.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
         })
     }

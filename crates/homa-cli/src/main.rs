@@ -3,6 +3,8 @@
 //! homa-testbed) and prints the result; this file only parses the command
 //! line and dispatches.
 
+#![forbid(unsafe_code)]
+
 mod client;
 mod cluster_bench;
 mod echo_bench;

@@ -185,6 +185,7 @@ struct SharedPtr(NonNull<PoolShared>);
 // SAFETY: `PoolShared` is Send + Sync (below); the pointer is only
 // dereferenced under the ownership rules in the module docs.
 unsafe impl Send for SharedPtr {}
+// SAFETY: the same rules make shared references safe across threads.
 unsafe impl Sync for SharedPtr {}
 
 impl SharedPtr {
@@ -258,6 +259,7 @@ unsafe fn release_layout(shared: SharedPtr, layout: &Layout, len: usize) {
 // in the module docs (disjoint ranges; Release/Acquire on the counts); all
 // other fields are atomics or immutable.
 unsafe impl Send for PoolShared {}
+// SAFETY: the same rules make shared references safe across threads.
 unsafe impl Sync for PoolShared {}
 
 impl PoolShared {

@@ -54,6 +54,7 @@ struct Inner {
 // exclusive (payload: unique handle; headers: the single lease holder) and
 // disjoint from concurrent reads.
 unsafe impl Send for Inner {}
+// SAFETY: the same rules make shared references safe across threads.
 unsafe impl Sync for Inner {}
 
 impl Drop for Inner {

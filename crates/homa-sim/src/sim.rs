@@ -1108,6 +1108,7 @@ fn pool_reserved(net: &EngineNet<SimApp>) -> u64 {
 fn max_rss_bytes() -> u64 {
     // SAFETY: getrusage only writes the struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a system call given pointers to live, correctly sized local values; the result is checked.
     let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     if rc != 0 {
         return 0;

@@ -43,6 +43,7 @@ fn parse_psi(text: &str) -> Option<u64> {
 fn process_us() -> u64 {
     // SAFETY: getrusage writes into the struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a system call given pointers to live, correctly sized local values; the result is checked.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
     tv(ru.ru_utime) + tv(ru.ru_stime)

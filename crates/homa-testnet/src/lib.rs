@@ -30,6 +30,8 @@
 //! assert_eq!(net.app(0).response(id), Some(&b"hello"[..]));
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod apps;
 pub mod driver;
 pub mod faults;

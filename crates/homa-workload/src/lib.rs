@@ -10,6 +10,8 @@
 //!   largest 1%, bins), with nearest-rank percentiles.
 //! * [`plot`]: the slowdown-by-size SVG chart.
 
+#![forbid(unsafe_code)]
+
 pub mod plot;
 pub mod stats;
 pub mod workload;

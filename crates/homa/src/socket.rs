@@ -234,6 +234,7 @@ impl UdpSocket {
     ) -> usize {
         let mut n = 0;
         for _ in 0..64 {
+            // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
             let mut name: libc::sockaddr_storage = unsafe { mem::zeroed() };
             let mut data = [0u8; 64];
             let mut ctrl: [u64; 32] = [0; 32];
@@ -241,6 +242,7 @@ impl UdpSocket {
                 iov_base: data.as_mut_ptr() as *mut libc::c_void,
                 iov_len: data.len(),
             };
+            // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
             let mut hdr: libc::msghdr = unsafe { mem::zeroed() };
             hdr.msg_name = &mut name as *mut _ as *mut libc::c_void;
             hdr.msg_namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -391,6 +393,7 @@ impl RxBatch {
             dirty: 0,
             ready: false,
             data: vec![0u8; n * RX_BUF_SIZE],
+            // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
             names: vec![unsafe { mem::zeroed() }; n],
             ctrl: vec![[0u64; 8]; n],
             iovs: vec![
@@ -400,6 +403,7 @@ impl RxBatch {
                 };
                 n
             ],
+            // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
             hdrs: vec![unsafe { mem::zeroed() }; n],
         }
     }
@@ -716,14 +720,17 @@ impl TxQueue {
             head: 0,
             capacity,
             packet_size,
+            // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
             names: vec![unsafe { mem::zeroed() }; TX_MAX_MSGS],
             ctrl: vec![[0u64; 8]; TX_MAX_MSGS],
             iovs: Vec::with_capacity(capacity),
             pieces: Vec::with_capacity(capacity),
             group_pieces: Vec::with_capacity(TX_MAX_MSGS),
+            // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
             hdrs: vec![unsafe { mem::zeroed() }; TX_MAX_MSGS],
             groups: Vec::with_capacity(TX_MAX_MSGS),
             staging: Vec::new(),
+            // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
             lone_name: unsafe { mem::zeroed() },
             lone_namelen: 0,
             lone: (std::ptr::null(), 0),
@@ -1557,13 +1564,17 @@ mod tests {
                 iov_base: data.as_mut_ptr() as *mut libc::c_void,
                 iov_len: data.len(),
             };
+            // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
             let mut hdr: libc::msghdr = unsafe { mem::zeroed() };
             hdr.msg_iov = &mut iov;
             hdr.msg_iovlen = 1;
             hdr.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
             hdr.msg_controllen = mem::size_of_val(&ctrl);
+            // SAFETY: a system call given pointers to live, correctly sized local values; the result is checked.
             let r = unsafe { libc::recvmsg(b.as_raw_fd(), &mut hdr, 0) };
             let mut tos = None;
+            // SAFETY: the CMSG macros walk the control buffer the kernel
+            // just filled, within `msg_controllen`.
             unsafe {
                 let mut c = libc::CMSG_FIRSTHDR(&hdr);
                 while !c.is_null() {

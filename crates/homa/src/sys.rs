@@ -20,6 +20,7 @@ pub(crate) fn write_sockaddr(
         (SocketAddr::V4(a), false) => {
             // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
             let sin = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in) };
+            // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
             *sin = unsafe { mem::zeroed() };
             sin.sin_family = libc::AF_INET as libc::sa_family_t;
             sin.sin_port = a.port().to_be();
@@ -33,6 +34,7 @@ pub(crate) fn write_sockaddr(
     };
     // SAFETY: as above, for sockaddr_in6.
     let sin6 = unsafe { &mut *(storage as *mut _ as *mut libc::sockaddr_in6) };
+    // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
     *sin6 = unsafe { mem::zeroed() };
     sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
     sin6.sin6_port = v6.port().to_be();
@@ -250,6 +252,7 @@ mod tests {
             "[fe80::1%2]:6000".parse().unwrap(),
         ];
         for a in cases {
+            // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
             let mut st: libc::sockaddr_storage = unsafe { mem::zeroed() };
             let len = write_sockaddr(&a, a.is_ipv6(), &mut st);
             assert_eq!(read_sockaddr(&st, len), Some(a));
@@ -259,6 +262,7 @@ mod tests {
     #[test]
     fn v4_on_v6_socket_is_mapped_and_unmapped() {
         let a: SocketAddr = "10.1.2.3:99".parse().unwrap();
+        // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
         let mut st: libc::sockaddr_storage = unsafe { mem::zeroed() };
         let len = write_sockaddr(&a, true, &mut st);
         assert_eq!(st.ss_family as i32, libc::AF_INET6);
@@ -267,6 +271,7 @@ mod tests {
 
     #[test]
     fn short_or_unknown_sockaddr_is_rejected() {
+        // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
         let mut st: libc::sockaddr_storage = unsafe { mem::zeroed() };
         assert_eq!(read_sockaddr(&st, 0), None);
         st.ss_family = libc::AF_INET as libc::sa_family_t;

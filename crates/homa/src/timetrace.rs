@@ -37,6 +37,7 @@ struct Ring {
 // is the one at `next`, which is that oldest slot. The vector never
 // reallocates after creation.
 unsafe impl Sync for Ring {}
+// SAFETY: the same reasoning as for the impl above.
 unsafe impl Send for Ring {}
 
 thread_local! {

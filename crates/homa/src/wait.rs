@@ -59,6 +59,7 @@ const DONE: u8 = 2;
 // SAFETY: the cells are handed between threads only through `state`'s
 // Release/Acquire transitions (see the fields); `T` and `Waiter` are `Send`.
 unsafe impl<T: Send> Sync for Slot<T> {}
+// SAFETY: the same reasoning as for the impl above.
 unsafe impl<T: Send> Send for Slot<T> {}
 
 impl<T> Slot<T> {

@@ -2,11 +2,13 @@
 //! with controlled overcommitment and rank-based scheduled priorities).
 
 use crate::endpoint::{
-    Control, ControlBody, Endpoint, Event, RpcError, RpcId, ServerEntry, ServerRpc, Time,
+    Control, ControlBody, Endpoint, Event, RpcError, RpcId, ServerEntry, ServerRpc,
 };
+use crate::fifo::FifoCredit;
 use crate::metrics::DropReason;
 use crate::peer::{PeerKey, ServerKey};
 use crate::rpc::{InMsg, RpcKey, RpcState};
+use crate::time::Time;
 use crate::wire::{CommonHeader, DataHeader, MAX_ACKS_PER_PACKET};
 use std::net::SocketAddr;
 
@@ -410,22 +412,23 @@ impl Endpoint {
         top.extend(self.grantable.iter().take(k).map(|e| e.2));
         let n = top.len();
         let s = self.sched_levels as usize;
-        let fifo_quantum = 1000 * self.grant_window as u64;
+        let fifo_quantum = FifoCredit::quantum(self.grant_window);
         let competing = self.grantable.len() > k;
         for (rank, &key) in top.iter().enumerate() {
             let level = (n.min(s) - 1 - rank.min(s - 1)) as u8;
             let granted = self.grant_one(key, level, false);
             any |= granted > 0;
             if competing {
-                // Credit accrues only while some message is left out, and is
-                // capped, so that the FIFO share cannot arrive as a burst.
-                self.grant_fifo_credit = (self.grant_fifo_credit
-                    + granted as u64 * self.config.grant_fifo_permille as u64)
-                    .min(2 * fifo_quantum);
+                // Credit accrues only while some message is left out.
+                self.grant_fifo_credit.accrue(
+                    granted as u64,
+                    self.config.grant_fifo_permille,
+                    fifo_quantum,
+                );
             }
         }
         if self.config.grant_fifo_permille > 0
-            && self.grant_fifo_credit >= fifo_quantum
+            && self.grant_fifo_credit.due(fifo_quantum)
             && self.grantable.len() > k
         {
             let oldest = self.grantable_by_age.first().unwrap().1;
@@ -435,9 +438,9 @@ impl Endpoint {
                 .is_some_and(|m| m.outstanding() == 0);
             if top.contains(&oldest) {
                 // The oldest is already being served; don't let credit pile up.
-                self.grant_fifo_credit = 0;
+                self.grant_fifo_credit.clear();
             } else if idle && self.grant_one(oldest, 0, true) > 0 {
-                self.grant_fifo_credit -= fifo_quantum;
+                self.grant_fifo_credit.spend(fifo_quantum);
                 any = true;
             }
         }
@@ -541,7 +544,8 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
-    use crate::endpoint::{Endpoint, Event, RpcId, Time};
+    use crate::endpoint::{Endpoint, Event, RpcId};
+    use crate::time::Time;
     use bytes::Bytes;
     use std::collections::BTreeMap;
     use std::net::SocketAddr;

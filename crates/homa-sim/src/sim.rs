@@ -20,8 +20,9 @@ use crate::stats::{Completion, Group, SlowdownTable};
 use crate::topology::{Path, Topology};
 use crate::workload::Workload;
 use bytes::Bytes;
+use homa_proto::driver::FastPath as _;
 use homa_proto::wire::DATA_PACKET_OVERHEAD;
-use homa_proto::{Config, Event, RpcId, Time};
+use homa_proto::{Config, Event, NetworkProfile, RpcId, Time};
 use homa_testnet::{App, EngineNet, HostCtx, HostId, LinkId, Node};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -229,43 +230,47 @@ impl SimSpec {
             .sum()
     }
 
-    /// The engine configuration every host gets (but its `rpc_id_seed`), and
-    /// the priority plan in it.
-    pub fn engine_config(&self) -> (Config, PriorityPlan) {
+    /// What the hosts' engines are told about the simulated network: the
+    /// host link, the unloaded RTT of a full packet across the fabric, the
+    /// workload's sizes and the variant's levels and overrides. One packet
+    /// of NIC queue: the simulator calls the engine at every packet time.
+    pub fn network_profile(&self) -> NetworkProfile {
         let t = &self.topology;
-        let mut c = Config {
+        NetworkProfile {
+            link_bps: t.host_link_bps,
+            rtt_ns: t.rtt_ns(self.max_packet_size),
             max_packet_size: self.max_packet_size,
-            checksum: false,
-            // Nobody reads the payloads (they are zeros): reserve and track
-            // receive buffers as usual but do not fill them, which spares the
-            // memory and page faults of ~10 GB of pool pages in a W5 run.
-            discard_payload: !self.keep_payloads,
-            ..Config::default()
-        };
-        c.rtt_ns = t.rtt_ns(self.max_packet_size);
-        c.link_bps = t.host_link_bps;
-        c.packet_overhead_bytes = t.overhead_bytes;
-        c.max_message_length = self.workload.max_len().max(1);
+            packet_overhead_bytes: t.overhead_bytes,
+            max_message_length: self.workload.max_len().max(1),
+            priority_levels: self.levels(),
+            message_sizes: Some(crate::priorities::message_sizes(&self.workload)),
+            nic_queue_packets: 1,
+            unsched_bytes: self.unsched_bytes,
+            unsched_priorities: self.unsched_levels,
+        }
+    }
+
+    /// The engine configuration every host gets (but its `rpc_id_seed`), and
+    /// the priority plan in it: derived by the engine from
+    /// [`Self::network_profile`], plus the simulator's own resources.
+    pub fn engine_config(&self) -> (Config, PriorityPlan) {
+        let network = self.network_profile();
+        let plan = network
+            .priority_plan()
+            .expect("the profile has message sizes");
+        let mut c = Config::for_network(&network);
+        c.checksum = false;
+        // Nobody reads the payloads (they are zeros): reserve and track
+        // receive buffers as usual but do not fill them, which spares the
+        // memory and page faults of ~10 GB of pool pages in a W5 run.
+        c.discard_payload = !self.keep_payloads;
         let min_pool: usize = if self.keep_payloads { 1 << 30 } else { 4 << 30 };
         c.pool_bytes = self
             .pool_bytes
             .unwrap_or(min_pool.max(4 * c.max_message_length as usize));
         c.max_client_rpcs = 1 << 20;
-        // Long enough to catch delayed duplicates of a request (they follow a
-        // RESEND by at most a few ms); short, so the table stays small.
-        c.tombstone_ns = 20_000_000;
         c.max_server_rpcs_per_peer = 1 << 20;
         c.max_overcommit = self.overcommit_degree();
-        // One RTT of bytes, rounded up to whole packets (as Linux Homa does):
-        // a window that ends mid-packet costs a short packet's overhead and,
-        // with grants issued a packet at a time, stalls the sender.
-        let dpp = c.max_data_per_packet() as u32;
-        let rtt_packets = c.rtt_bytes().div_ceil(dpp) * dpp;
-        c.grant_window = Some(rtt_packets);
-        let unsched = self.unsched_bytes.unwrap_or(rtt_packets);
-        let plan =
-            PriorityPlan::compute_with(&self.workload, unsched, self.levels(), self.unsched_levels);
-        plan.apply(&mut c);
         (c, plan)
     }
 }

@@ -18,6 +18,7 @@ use crate::socket::{
 use crate::sys::{monotonic_ns, ppoll, set_timer_slack_ns, EventFd};
 use crate::timetrace;
 use crate::wait::{Slot, WaitQueue, Waiter};
+use homa_proto::driver::FastPath as _;
 use homa_proto::{EndpointStats, Event, Metrics, Outgoing, RpcId, SendBuf, ServerRpc};
 use parking_lot::Mutex;
 use std::cell::Cell;

@@ -51,6 +51,6 @@ pub use socket::{FaultInjector, SocketStats};
 
 /// The engine's types that appear in this API.
 pub use homa_proto::{
-    Config as EngineConfig, DropReason, EndpointStats, Metrics, Outgoing, RpcId, SendBuf,
-    SendBufError,
+    Config as EngineConfig, DropReason, EndpointStats, MessageSizes, Metrics, NetworkProfile,
+    Outgoing, RpcId, SendBuf, SendBufError,
 };

@@ -2,6 +2,7 @@
 
 use crate::config::{Config, ConfigError};
 use crate::fifo::FifoCredit;
+use crate::grants::Grants;
 use crate::metrics::{DropReason, Metrics};
 use crate::pacer::Pacer;
 use crate::peer::{PeerKey, Peers, ServerKey};
@@ -12,7 +13,7 @@ pub(crate) use crate::servers::ServerEntry;
 use crate::servers::ServerTable;
 use crate::srpt::SrptQueue;
 use crate::time::Time;
-use crate::tombstones::{Tombstones, MAX_TICK_EXPIRY};
+use crate::tombstones::{Tombstones, EXPIRY_BATCH, MAX_TICK_EXPIRY};
 use crate::wire::{self, Body, CommonHeader, Packet, MAX_ACKS_PER_PACKET, MAX_PRIORITIES};
 use bytes::Bytes;
 use std::collections::{BTreeSet, VecDeque};
@@ -155,9 +156,9 @@ pub struct Endpoint {
     // then share 11 cache lines instead of being spread over all 24.
     /// The latest time passed in by the driver (for calls that take none).
     pub(crate) last_now: Time,
-    /// Sum over incoming messages of granted-but-not-received bytes.
-    pub(crate) incoming_total: u64,
-    pub(crate) max_incoming: u64,
+    /// The receiver's grant budget (granted bytes in flight, cap, window,
+    /// FIFO credit, pass state).
+    pub(crate) grants: Grants,
     /// The NIC queue estimate (when it drains; whether DATA may go).
     pub(crate) pacer: Pacer,
     /// Next periodic timer tick (`Time::MAX`: none).
@@ -166,12 +167,10 @@ pub struct Endpoint {
     pub(crate) next_seq: u64,
     pub(crate) next_birth: u64,
     pub(crate) pacer_fifo_credit: FifoCredit,
-    pub(crate) grant_fifo_credit: FifoCredit,
     /// Client RPCs live now.
     pub(crate) client_rpc_count: usize,
     pub(crate) server_rpc_count: usize,
     pub(crate) unsched_bytes: u32,
-    pub(crate) grant_window: u32,
     pub(crate) data_per_packet: u32,
     /// A client RPC's id is `seq << key_bits | key`, its slab key in the low
     /// bits: a response finds its RPC by indexing the slab and comparing the
@@ -208,18 +207,7 @@ pub struct Endpoint {
     pub(crate) shut_down: bool,
     /// Inside `poll_transmit_split`: DATA payloads are returned, not copied.
     pub(crate) split_mode: bool,
-    /// Inside `handle_datagrams`: grant decisions wait for the last packet
-    /// (`grants_dirty` says one is due).
-    pub(crate) grants_deferred: bool,
-    pub(crate) grants_dirty: bool,
-    /// `update_grants` would change nothing now: its last call granted
-    /// nothing, and no incoming message, the grantable set or
-    /// `incoming_total` changed since. Lets `free_rpc` of an RPC without an
-    /// incoming message (most frees) skip the grant pass, which reads the
-    /// top grantable RPCs' (cold) slab entries.
-    pub(crate) grants_settled: bool,
     pub(crate) top_priority: u8,
-    pub(crate) sched_levels: u8,
     pub(crate) rpcs: Vec<Option<Rpc>>,
     pub(crate) free_keys: Vec<RpcKey>,
     pub(crate) events: VecDeque<Event>,
@@ -268,7 +256,6 @@ impl Endpoint {
     pub fn new(config: Config, now: Time) -> Result<Endpoint, ConfigError> {
         config.validate()?;
         let levels = config.priority_levels;
-        let unsched_levels = config.unsched_priorities;
         let my_cutoffs = config.cutoff_table();
         let tick_ns = (config.resend_interval_ns / 2).max(1);
         let max_keys = config
@@ -277,12 +264,10 @@ impl Endpoint {
         let key_bits = (usize::BITS - max_keys.saturating_sub(1).leading_zeros()).clamp(1, 32);
         let ep = Endpoint {
             unsched_bytes: config.effective_unsched_bytes(),
-            grant_window: config.effective_grant_window(),
-            max_incoming: config.effective_max_incoming(),
+            grants: Grants::new(&config),
             data_per_packet: config.max_data_per_packet() as u32,
             my_cutoffs,
             top_priority: levels - 1,
-            sched_levels: (levels - unsched_levels).max(1),
             tick_ns,
             keepalive_ns: (config.rpc_timeout_ns / 4).max(config.resend_interval_ns),
             pool: Pool::new(config.pool_bytes),
@@ -304,8 +289,6 @@ impl Endpoint {
             pacer_fifo_credit: FifoCredit::default(),
             grantable: SrptQueue::default(),
             grantable_by_age: SrptQueue::default(),
-            incoming_total: 0,
-            grant_fifo_credit: FifoCredit::default(),
             pool_waiters: BTreeSet::new(),
             scratch_keys: Vec::new(),
             events: VecDeque::new(),
@@ -319,9 +302,6 @@ impl Endpoint {
             split_mode: false,
             split_payload: None,
             burst_key: None,
-            grants_deferred: false,
-            grants_dirty: false,
-            grants_settled: true,
             metrics: Metrics::default(),
             config,
         };
@@ -380,7 +360,7 @@ impl Endpoint {
                 .filter_map(|r| r.inc.as_ref())
                 .filter(|m| m.outstanding() > 0 && m.grant_key.is_some())
                 .count(),
-            incoming_bytes: self.incoming_total,
+            incoming_bytes: self.grants.incoming(),
             pool_waiters: self.pool_waiters.len(),
             sendable_messages: self.sendable.len(),
         }
@@ -610,14 +590,13 @@ impl Endpoint {
             return self.handle_datagram(now, from, data);
         }
         self.run_deferred(now);
-        self.grants_deferred = true;
+        self.grants.begin_batch();
         let mut hint = self.last_rx_peer;
         for packet in data.chunks(segment) {
             hint = self.receive_one(now, from, packet, hint).or(hint);
         }
         self.last_rx_peer = hint;
-        self.grants_deferred = false;
-        if std::mem::take(&mut self.grants_dirty) && !self.grantable.is_empty() {
+        if self.grants.end_batch() && !self.grantable.is_empty() {
             self.update_grants(now);
         }
         self.check_pool_waiters(now);
@@ -772,7 +751,7 @@ impl Endpoint {
         self.deferred_frees.push(key);
         // A grant pass may be owed to other messages now that this one is
         // complete; the free would have made it.
-        if !self.grants_settled && !self.grantable.is_empty() {
+        if !self.grants.is_settled() && !self.grantable.is_empty() {
             self.update_grants(now);
         }
     }
@@ -990,7 +969,7 @@ impl Endpoint {
         // The grant pass is for room or rank freed by the message removed
         // above (which unsettles it), or for a grant an earlier pass could
         // not yet give; if neither, it would do nothing.
-        if !self.grants_settled {
+        if !self.grants.is_settled() {
             self.update_grants(now);
         }
     }
@@ -1024,12 +1003,15 @@ impl Endpoint {
         }
     }
 
-    /// Takes up to [`crate::tombstones::EXPIRY_BATCH`] entries expiring at or before `now` off
+    /// Takes up to [`EXPIRY_BATCH`] entries expiring at or before `now` off
     /// the tombstone queue and drops their tombstones (unless refreshed since);
     /// returns how many entries it took.
     fn expire_batch(&mut self, now: Time) -> usize {
+        let mut batch = [None; EXPIRY_BATCH];
         let server_ids = &self.server_ids;
-        let (batch, len) = self.tombstones.take_due(now, |sk| server_ids.prefetch(sk));
+        let len = self
+            .tombstones
+            .take_due(now, &mut batch, |sk| server_ids.prefetch(sk));
         for t in batch.into_iter().flatten() {
             let sk = t.key();
             if self.server_ids.remove_if(sk, Some(ServerEntry::Tomb(t.n))) {

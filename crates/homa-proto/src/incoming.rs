@@ -4,7 +4,6 @@
 use crate::endpoint::{
     Control, ControlBody, Endpoint, Event, RpcError, RpcId, ServerEntry, ServerRpc,
 };
-use crate::fifo::FifoCredit;
 use crate::metrics::DropReason;
 use crate::peer::{PeerKey, ServerKey};
 use crate::rpc::{InMsg, RpcKey, RpcState};
@@ -99,7 +98,7 @@ impl Endpoint {
                 if let Some(message) = self.pool.message_from(payload, copy) {
                     crate::trace_point!("engine: payload written");
                     self.metrics.data_bytes_received += payload.len() as u64;
-                    self.grants_settled = false;
+                    self.grants.unsettle();
                     self.deliver(now, key, message);
                     return;
                 }
@@ -168,9 +167,9 @@ impl Endpoint {
         }
         crate::trace_point!("engine: payload written");
         inc.bytes_received += new;
-        self.grants_settled = false;
+        self.grants.unsettle();
         self.metrics.data_bytes_received += new as u64;
-        self.incoming_total = self.incoming_total - old_outstanding + inc.outstanding();
+        self.grants.track(old_outstanding, inc.outstanding());
         if inc.complete() {
             self.finish_incoming(now, key);
             return;
@@ -184,9 +183,7 @@ impl Endpoint {
         }
         // New data may have moved this message in the SRPT order or freed room
         // under `max_incoming` for another one.
-        if self.grants_deferred {
-            self.grants_dirty = true;
-        } else if !self.grantable.is_empty() {
+        if self.grants.pass_now() && !self.grantable.is_empty() {
             self.update_grants(now);
         }
     }
@@ -277,8 +274,8 @@ impl Endpoint {
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
         let birth = rpc.birth;
         let inc = rpc.inc.as_mut().unwrap();
-        self.incoming_total += inc.outstanding();
-        self.grants_settled = false;
+        self.grants.add(inc.outstanding());
+        self.grants.unsettle();
         if inc.granted < inc.len && inc.grant_key.is_none() {
             let remaining = inc.len - inc.bytes_received;
             inc.grant_key = Some(remaining);
@@ -294,7 +291,7 @@ impl Endpoint {
             if let Some(remaining) = inc.grant_key.take() {
                 self.grantable.remove(&(remaining, birth, key));
                 self.grantable_by_age.remove(&(birth, key));
-                self.grants_settled = false;
+                self.grants.unsettle();
             }
         }
     }
@@ -305,11 +302,11 @@ impl Endpoint {
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
         let birth = rpc.birth;
         if let Some(inc) = rpc.inc.take() {
-            self.grants_settled = false;
+            self.grants.unsettle();
             if inc.waiting_for_pool {
                 self.pool_waiters.remove(&(inc.len, birth, key));
             }
-            self.incoming_total -= inc.outstanding();
+            self.grants.remove(inc.outstanding());
             if let Some(alloc) = inc.alloc {
                 self.pool.release(alloc);
             }
@@ -323,8 +320,8 @@ impl Endpoint {
         // Take only what is needed; dropping the rest in place spares
         // copying the whole (112-byte) InMsg out.
         let inc = rpc.inc.as_mut().unwrap();
-        self.incoming_total -= inc.outstanding();
-        self.grants_settled = false;
+        self.grants.remove(inc.outstanding());
+        self.grants.unsettle();
         let message = self.pool.take_message(inc.alloc.as_mut().unwrap());
         rpc.inc = None;
         self.deliver(now, key, message);
@@ -399,10 +396,10 @@ impl Endpoint {
     /// Returns whether it granted anything. A pass that grants nothing
     /// changes nothing that a second pass reads (at most it zeroes the FIFO
     /// credit, which a second pass would zero again), so until something
-    /// else changes (see `grants_settled`) another pass would do nothing.
+    /// else changes (see `Grants::is_settled`) another pass would do nothing.
     pub(crate) fn update_grants(&mut self, _now: Time) -> bool {
         if self.grantable.is_empty() {
-            self.grants_settled = true;
+            self.grants.settle(false);
             return false;
         }
         let mut any = false;
@@ -411,16 +408,15 @@ impl Endpoint {
         top.clear();
         top.extend(self.grantable.iter().take(k).map(|e| e.2));
         let n = top.len();
-        let s = self.sched_levels as usize;
-        let fifo_quantum = FifoCredit::quantum(self.grant_window);
+        let fifo_quantum = self.grants.fifo_quantum();
         let competing = self.grantable.len() > k;
         for (rank, &key) in top.iter().enumerate() {
-            let level = (n.min(s) - 1 - rank.min(s - 1)) as u8;
+            let level = self.grants.level(rank, n);
             let granted = self.grant_one(key, level, false);
             any |= granted > 0;
             if competing {
                 // Credit accrues only while some message is left out.
-                self.grant_fifo_credit.accrue(
+                self.grants.fifo.accrue(
                     granted as u64,
                     self.config.grant_fifo_permille,
                     fifo_quantum,
@@ -428,7 +424,7 @@ impl Endpoint {
             }
         }
         if self.config.grant_fifo_permille > 0
-            && self.grant_fifo_credit.due(fifo_quantum)
+            && self.grants.fifo.due(fifo_quantum)
             && self.grantable.len() > k
         {
             let oldest = self.grantable_by_age.first().unwrap().1;
@@ -438,23 +434,21 @@ impl Endpoint {
                 .is_some_and(|m| m.outstanding() == 0);
             if top.contains(&oldest) {
                 // The oldest is already being served; don't let credit pile up.
-                self.grant_fifo_credit.clear();
+                self.grants.fifo.clear();
             } else if idle && self.grant_one(oldest, 0, true) > 0 {
-                self.grant_fifo_credit.spend(fifo_quantum);
+                self.grants.fifo.spend(fifo_quantum);
                 any = true;
             }
         }
         self.scratch_keys = top;
-        self.grants_settled = !any;
+        self.grants.settle(any);
         any
     }
 
     /// Raises one message's grant by up to a window; returns the bytes granted.
     /// Changes nothing when it returns 0 (see `update_grants`).
     fn grant_one(&mut self, key: RpcKey, priority: u8, fifo: bool) -> u32 {
-        let window = self.grant_window;
         let dpp = self.data_per_packet;
-        let room = self.max_incoming.saturating_sub(self.incoming_total);
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
         let birth = rpc.birth;
         let inc = rpc.inc.as_mut().unwrap();
@@ -463,27 +457,17 @@ impl Endpoint {
         } else {
             inc.bytes_received
         };
-        let mut target = (base as u64 + window as u64).min(inc.len as u64) as u32;
-        if target <= inc.granted {
+        let Some(target) = self
+            .grants
+            .next_grant(base, inc.granted, inc.len, dpp, fifo)
+        else {
             return 0;
-        }
-        let mut delta = target - inc.granted;
-        if target < inc.len && delta < dpp {
-            return 0;
-        }
-        // FIFO grants are exempt from the cap (they are rare, and only go to a
-        // message with nothing outstanding), or a full cap would starve them.
-        if !fifo && delta as u64 > room {
-            if room < dpp as u64 {
-                return 0;
-            }
-            delta = room as u32;
-            target = inc.granted + delta;
-        }
+        };
+        let delta = target - inc.granted;
         let old = inc.outstanding();
         inc.granted = target;
         inc.priority = priority;
-        self.incoming_total = self.incoming_total - old + inc.outstanding();
+        self.grants.track(old, inc.outstanding());
         if target >= inc.len {
             let remaining = inc.grant_key.take().unwrap();
             self.grantable.remove(&(remaining, birth, key));
@@ -517,7 +501,7 @@ impl Endpoint {
             rpc.last_prod = now;
             let inc = rpc.inc.as_mut().unwrap();
             inc.waiting_for_pool = false;
-            self.grants_settled = false;
+            self.grants.unsettle();
             inc.alloc = Some(alloc);
             inc.received.clear();
             inc.bytes_received = 0;
@@ -550,7 +534,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::net::SocketAddr;
 
-    /// `grants_settled` promises that a grant pass would do nothing: check
+    /// `Grants::is_settled` promises that a grant pass would do nothing: check
     /// that promise after every call into the endpoints, in traffic that
     /// keeps several messages competing for grants under a small
     /// `max_incoming`, with losses (resends, timeouts), cancelled client
@@ -588,7 +572,7 @@ mod tests {
             rng
         };
         let check = |ep: &mut Endpoint, now: Time, checks: &mut u64| {
-            if ep.grants_settled {
+            if ep.grants.is_settled() {
                 *checks += 1;
                 assert!(!ep.update_grants(now), "a settled grant pass granted");
             }

@@ -50,6 +50,7 @@ pub mod config;
 pub mod driver;
 mod endpoint;
 mod fifo;
+mod grants;
 mod incoming;
 pub mod metrics;
 mod outgoing;

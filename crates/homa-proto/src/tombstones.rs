@@ -71,26 +71,31 @@ impl Default for Tombstones {
 
 impl Tombstones {
     /// Tombstones in the server table.
+    #[inline(always)]
     pub fn count(&self) -> usize {
         self.count
     }
 
     /// A tombstone was written into the table (not a refresh).
+    #[inline(always)]
     pub fn made(&mut self) {
         self.count += 1;
     }
 
     /// A tombstone left the table.
+    #[inline(always)]
     pub fn removed(&mut self) {
         self.count -= 1;
     }
 
     /// The queue has no room for another entry.
+    #[inline(always)]
     pub fn is_full(&self) -> bool {
         self.queue.len() >= MAX_TOMBSTONES
     }
 
     /// The number for a new entry (the table's `Tomb(n)`).
+    #[inline(always)]
     pub fn next_number(&mut self) -> u32 {
         let n = self.next_n & !(1 << 31);
         self.next_n = self.next_n.wrapping_add(1);
@@ -98,7 +103,7 @@ impl Tombstones {
     }
 
     /// Queues `sk`'s tombstone, number `n`, expiring at `expiry`.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, expiry: Time, sk: ServerKey, n: u32) {
         self.queue.push_back(TombRef {
             expiry,
@@ -113,7 +118,7 @@ impl Tombstones {
     }
 
     /// Whether a whole batch has expired by `now`.
-    #[inline]
+    #[inline(always)]
     pub fn batch_due(&self, now: Time) -> bool {
         self.batch_due <= now
     }
@@ -124,14 +129,15 @@ impl Tombstones {
     }
 
     /// Takes up to [`EXPIRY_BATCH`] entries expiring at or before `now` off
-    /// the queue, calling `prefetch` with each one's key first (so their
-    /// table slots load together); returns them and how many.
+    /// the queue into `batch`, calling `prefetch` with each one's key first
+    /// (so their table slots load together); returns how many.
+    #[inline(always)]
     pub fn take_due(
         &mut self,
         now: Time,
+        batch: &mut [Option<TombRef>; EXPIRY_BATCH],
         mut prefetch: impl FnMut(ServerKey),
-    ) -> ([Option<TombRef>; EXPIRY_BATCH], usize) {
-        let mut batch = [None; EXPIRY_BATCH];
+    ) -> usize {
         let mut len = 0;
         for t in self.queue.iter().take(EXPIRY_BATCH) {
             if t.expiry > now {
@@ -143,9 +149,10 @@ impl Tombstones {
         }
         self.queue.drain(..len);
         self.batch_due = self.batch_expiry();
-        (batch, len)
+        len
     }
 
+    #[inline(always)]
     fn batch_expiry(&self) -> Time {
         self.queue
             .get(EXPIRY_BATCH - 1)
@@ -184,7 +191,8 @@ mod tests {
         assert_eq!(t.front_expiry(), Some(100));
         // Only what has expired leaves, in order, each announced first.
         let mut seen = Vec::new();
-        let (batch, len) = t.take_due(102, |sk| seen.push(sk.id));
+        let mut batch = [None; EXPIRY_BATCH];
+        let len = t.take_due(102, &mut batch, |sk| seen.push(sk.id));
         assert_eq!(len, 3);
         assert_eq!(seen, [0, 1, 2]);
         assert_eq!(
@@ -197,7 +205,7 @@ mod tests {
         );
         assert_eq!(t.front_expiry(), Some(103));
         assert!(!t.batch_due(u64::MAX - 1), "five entries left");
-        let (_, len) = t.take_due(u64::MAX, |_| ());
+        let len = t.take_due(u64::MAX, &mut [None; EXPIRY_BATCH], |_| ());
         assert_eq!(len, 5);
         assert_eq!(t.front_expiry(), None);
     }
@@ -227,7 +235,7 @@ mod tests {
             t.push(i, sk, n);
         }
         assert!(t.is_full());
-        let (_, len) = t.take_due(0, |_| ());
+        let len = t.take_due(0, &mut [None; EXPIRY_BATCH], |_| ());
         assert_eq!(len, 1);
         assert!(!t.is_full());
     }

@@ -169,7 +169,7 @@ pub fn homa_config(cfg: &ClusterConfig, rtt_ns: u64) -> (homa::EndpointConfig, P
         gso: cfg.homa_gso,
         ..Default::default()
     };
-    let network = homa::NetworkProfile {
+    let mut network = homa::NetworkProfile {
         // The engine counts UDP payload bytes; the shaper counts frames (42
         // more bytes: UDP, IP, Ethernet). Pacing to the payload share of a
         // full frame keeps the emulated NIC's queue from growing.
@@ -186,12 +186,20 @@ pub fn homa_config(cfg: &ClusterConfig, rtt_ns: u64) -> (homa::EndpointConfig, P
         ..homa::NetworkProfile::default()
     };
     c.engine.apply_network(&network);
+    if let Some(f) = &cfg.adjust_engine {
+        f(&mut c.engine);
+        // An override of the RTT or link rate is a fact about the network:
+        // derive again from it, with the other overrides on top.
+        if (c.engine.rtt_ns, c.engine.link_bps) != (network.rtt_ns, network.link_bps) {
+            network.rtt_ns = c.engine.rtt_ns;
+            network.link_bps = c.engine.link_bps;
+            c.engine.apply_network(&network);
+            f(&mut c.engine);
+        }
+    }
     let plan = network
         .priority_plan()
         .expect("the profile has message sizes");
-    if let Some(f) = &cfg.adjust_engine {
-        f(&mut c.engine);
-    }
     (c, plan)
 }
 

@@ -102,8 +102,13 @@ impl Default for EndpointConfig {
                 defer_acks: true,
                 pad_v4: RUNTIME_PAD_V4,
                 pad_v6: RUNTIME_PAD_V6,
-                // Windows, timeouts and cutoffs derived by the engine for
-                // its default network (25 Gbit/s, 20 µs, 1500-byte MTU).
+                // Windows left to `Endpoint::new`, which derives them from
+                // the link rate, RTT and packet size the endpoint is finally
+                // given (`--link-gbps`, the MTU, IPv6); the rest derived by
+                // the engine for its default network (25 Gbit/s, 20 µs,
+                // 1500-byte MTU).
+                grant_window: None,
+                unsched_bytes: None,
                 ..homa_proto::Config::for_network(&homa_proto::NetworkProfile::default())
             },
             mtu: Some(1500),

@@ -11,7 +11,7 @@ use crate::time::Time;
 use crate::wire::{self, Body, CommonHeader, DataHeader, PacketType, DATA_PACKET_OVERHEAD};
 use std::net::SocketAddr;
 
-/// A run of packets from [`Endpoint::poll_transmit_burst`]: `count` packets
+/// A run of packets from [`crate::driver::FastPath::poll_transmit_burst`]: `count` packets
 /// to `dest` at `priority`, whose headers (`header_len` bytes each) are in the
 /// caller's buffer back to back and whose payloads are consecutive
 /// `segment`-byte pieces of `payload` (the last piece may be shorter).

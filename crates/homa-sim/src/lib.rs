@@ -9,7 +9,8 @@
 //! * [`workload`]: W1–W5 (embedded), fixed sizes, CSV files, length cap.
 //! * [`topology`]: the paper's network, stars, two-level trees; the analytic
 //!   best-case latency and RTT.
-//! * [`priorities`]: unscheduled priority levels and cutoffs from a workload.
+//! * [`priorities`]: a workload as the engine's message sizes, for its
+//!   unscheduled priority plan (`homa_proto::priorities`).
 //! * [`sim`]: one run ([`sim::SimSpec`] in, [`sim::Report`] out).
 //! * [`stats`], [`report`], [`plot`]: deciles, tables, JSON, SVG, parallel sweeps.
 pub mod plot;

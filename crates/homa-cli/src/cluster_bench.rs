@@ -51,12 +51,23 @@ impl EngineArgs {
         let mut c = homa::Endpoint::builder()
             .poll(Duration::from_micros(self.poll_us))
             .build();
-        c.engine.link_bps = (self.link_gbps * 1e9) as u64;
-        c.engine.rtt_ns = self.rtt_us * 1000;
-        c.engine.max_message_length = c.engine.max_message_length.max(workload.max_len());
-        let plan = homa_sim::priorities::PriorityPlan::compute(workload, c.engine.rtt_bytes(), 8);
-        plan.apply(&mut c.engine);
+        // The same derivation as `homa bench cluster` (the engine's).
+        c.engine
+            .apply_network(&self.network(workload, c.engine.max_message_length));
         c
+    }
+
+    /// What the engine is told about the network and the workload.
+    fn network(&self, workload: &Workload, max_message: u32) -> homa::NetworkProfile {
+        homa::NetworkProfile {
+            link_bps: (self.link_gbps * 1e9) as u64,
+            rtt_ns: self.rtt_us * 1000,
+            max_message_length: max_message.max(workload.max_len()),
+            message_sizes: Some(workload.message_sizes()),
+            // A user-space thread on a shared machine, as in the testbed.
+            nic_queue_packets: 2,
+            ..homa::NetworkProfile::default()
+        }
     }
 }
 

@@ -23,6 +23,7 @@
 //! `cargo run --release -p homa-proto --example proto_bench -- [checksum] [rtt|stream|burst|tick]`
 
 use bytes::Bytes;
+use homa_proto::driver::FastPath as _;
 use homa_proto::{Config, Endpoint, Event};
 use std::net::SocketAddr;
 use std::time::Instant;

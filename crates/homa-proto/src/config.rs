@@ -1,10 +1,18 @@
-//! Engine configuration. Every default is explained in `docs/protocol.md`.
+//! Engine configuration: the parameters of one endpoint, and
+//! [`Config::for_network`], which derives every network-dependent one from a
+//! [`NetworkProfile`] so that no driver re-derives them. Every default and
+//! every formula is explained in `docs/protocol.md` §8.
 
+use crate::priorities::{MessageSizes, PriorityPlan};
 use crate::wire::{DATA_PACKET_OVERHEAD, MAX_PRIORITIES};
 use thiserror::Error;
 
-/// Parameters of one endpoint. `Config::default()` suits a 25 Gbps datacenter
-/// network with a round trip of about 20 µs, similar to the Linux module's defaults.
+/// Parameters of one endpoint. Drivers build it with [`Config::for_network`]
+/// (then set their own resource limits and switches, e.g. `pool_bytes`,
+/// `checksum`). `Config::default()` holds the base values that derivation
+/// starts from; on its own it suits a 25 Gbps datacenter network with a
+/// round trip of about 20 µs, similar to the Linux module's defaults, and is
+/// what the engine's unit tests and `proto_bench` use.
 ///
 /// `#[non_exhaustive]`: outside this crate, change settings with the
 /// `with_*` setters (each names its default), e.g.
@@ -196,7 +204,203 @@ impl Default for Config {
 #[error("invalid configuration: {0}")]
 pub struct ConfigError(pub String);
 
+/// What a driver knows about the network an endpoint runs on (and the
+/// traffic it expects): the input of [`Config::for_network`]. Only facts go
+/// in; every parameter that follows from them is derived in the engine.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetworkProfile {
+    /// Rate the engine paces to, bits per second: the host link, or the part
+    /// of it a shaper leaves for UDP payload.
+    pub link_bps: u64,
+    /// Round-trip time (ns) for a small packet, including software on both ends.
+    pub rtt_ns: u64,
+    /// Largest datagram (UDP payload bytes, headers included): the path MTU
+    /// minus IP and UDP headers.
+    pub max_packet_size: usize,
+    /// Wire bytes per datagram beyond its UDP payload (see
+    /// [`Config::packet_overhead_bytes`]).
+    pub packet_overhead_bytes: u32,
+    /// Largest message the application sends or accepts.
+    pub max_message_length: u32,
+    /// Priority levels the network honours (1..=8).
+    pub priority_levels: u8,
+    /// The expected message sizes, if known: the unscheduled priority plan
+    /// (levels and cutoffs) is computed from them. `None` keeps the
+    /// workload-agnostic decade cutoffs.
+    pub message_sizes: Option<MessageSizes>,
+    /// How many full packets the driver may let the NIC queue hold when the
+    /// pacer releases one: 1 for a driver that is called at every packet
+    /// time (a simulator); more for one that is woken late or hands the NIC
+    /// batches (a user-space thread on a shared machine: 2).
+    pub nic_queue_packets: u32,
+    /// Experiment override of the unscheduled bytes per message (`None`:
+    /// derived, one RTT of whole packets).
+    pub unsched_bytes: Option<u32>,
+    /// Experiment override of the number of unscheduled levels (`None`:
+    /// derived from the message sizes, or half the levels without them).
+    pub unsched_priorities: Option<u8>,
+}
+
+impl Default for NetworkProfile {
+    /// The network of `Config::default()`: 25 Gbps, 20 µs, 1500-byte MTU
+    /// over IPv4, 1 MB messages, 8 levels, sizes unknown, one packet of NIC
+    /// queue.
+    fn default() -> Self {
+        let c = Config::default();
+        NetworkProfile {
+            link_bps: c.link_bps,
+            rtt_ns: c.rtt_ns,
+            max_packet_size: c.max_packet_size,
+            packet_overhead_bytes: c.packet_overhead_bytes,
+            max_message_length: c.max_message_length,
+            priority_levels: c.priority_levels,
+            message_sizes: None,
+            nic_queue_packets: 1,
+            unsched_bytes: None,
+            unsched_priorities: None,
+        }
+    }
+}
+
+/// Wire times of this many full packets at least separate RESENDs
+/// (`docs/protocol.md` §8).
+pub const RESEND_PACKET_TIMES: u64 = 100;
+/// Wire times of this many largest messages at least pass before an RPC
+/// times out.
+pub const TIMEOUT_MESSAGE_TIMES: u64 = 100;
+/// Resend intervals a tombstone lives.
+pub const TOMBSTONE_RESEND_INTERVALS: u64 = 20;
+
+impl NetworkProfile {
+    /// Bytes in one RTT at the link rate, rounded up to whole full packets'
+    /// payload: the grant window and the default unscheduled bytes. A
+    /// window that ends mid-packet costs a short packet's overhead and, with
+    /// grants issued a packet at a time, stalls the sender.
+    pub fn rtt_packet_bytes(&self) -> u32 {
+        let c = self.base();
+        let dpp = c.max_data_per_packet().max(1) as u32;
+        c.rtt_bytes().div_ceil(dpp).saturating_mul(dpp)
+    }
+
+    /// Leading bytes of each message sent unscheduled.
+    pub fn unsched_bytes(&self) -> u32 {
+        self.unsched_bytes
+            .unwrap_or_else(|| self.rtt_packet_bytes())
+    }
+
+    /// The unscheduled priority plan for these message sizes (`None` when
+    /// they are unknown).
+    pub fn priority_plan(&self) -> Option<PriorityPlan> {
+        self.message_sizes.as_ref().map(|sizes| {
+            PriorityPlan::compute_with(
+                sizes,
+                self.unsched_bytes(),
+                self.priority_levels,
+                self.unsched_priorities,
+            )
+        })
+    }
+
+    /// `Config::default()` with this network's facts, nothing derived yet.
+    fn base(&self) -> Config {
+        Config {
+            link_bps: self.link_bps,
+            rtt_ns: self.rtt_ns,
+            max_packet_size: self.max_packet_size,
+            packet_overhead_bytes: self.packet_overhead_bytes,
+            max_message_length: self.max_message_length,
+            ..Config::default()
+        }
+    }
+}
+
 impl Config {
+    /// The configuration for an endpoint on `network`: the base values of
+    /// `Config::default()` with every network-dependent parameter derived
+    /// (formulas in `docs/protocol.md` §8):
+    ///
+    /// * `grant_window` = one RTT of bytes rounded up to whole packets
+    ///   ([`NetworkProfile::rtt_packet_bytes`]); `unsched_bytes` the same
+    ///   unless overridden;
+    /// * `resend_interval_ns` = max(1 ms, 100 full packets' wire time);
+    /// * `rpc_timeout_ns` = max(2 s, 100 wire times of the largest message);
+    /// * `tombstone_ns` = 20 resend intervals;
+    /// * `max_nic_queue_ns` = `nic_queue_packets` full packets' wire time
+    ///   (`None`, which the engine reads as one packet, for 1);
+    /// * levels, unscheduled levels and cutoffs from the message sizes
+    ///   ([`PriorityPlan`]), or the decade cutoffs over half the levels
+    ///   without them; `cutoff_version` moves on when the announced cutoffs
+    ///   differ from the base ones.
+    ///
+    /// Drivers then set what is theirs alone (pool size, table limits,
+    /// checksums, deferral, padding, the RPC id seed) and may still override
+    /// any field for an experiment.
+    pub fn for_network(network: &NetworkProfile) -> Config {
+        let mut c = Config::default();
+        c.apply_network(network);
+        c
+    }
+
+    /// Sets the network's facts and derives every network-dependent field
+    /// as [`Self::for_network`] does, leaving the rest (the driver's own
+    /// switches and limits) as they are: for a driver whose defaults differ
+    /// from `Config::default()`, such as the UDP runtime's. Idempotent.
+    pub fn apply_network(&mut self, network: &NetworkProfile) {
+        let base = Config::default();
+        let c = self;
+        c.link_bps = network.link_bps;
+        c.rtt_ns = network.rtt_ns;
+        c.max_packet_size = network.max_packet_size;
+        c.packet_overhead_bytes = network.packet_overhead_bytes;
+        c.max_message_length = network.max_message_length;
+        c.grant_window = Some(network.rtt_packet_bytes());
+        c.unsched_bytes = Some(network.unsched_bytes());
+        let packet_ns = c.wire_time_ns(c.max_packet_size);
+        c.resend_interval_ns = base
+            .resend_interval_ns
+            .max(RESEND_PACKET_TIMES.saturating_mul(packet_ns));
+        let message_ns = c.wire_time_ns(c.max_message_length as usize);
+        c.rpc_timeout_ns = base
+            .rpc_timeout_ns
+            .max(TIMEOUT_MESSAGE_TIMES.saturating_mul(message_ns));
+        c.tombstone_ns = TOMBSTONE_RESEND_INTERVALS.saturating_mul(c.resend_interval_ns);
+        // `None` already means one full packet's wire time.
+        c.max_nic_queue_ns = (network.nic_queue_packets > 1)
+            .then(|| packet_ns.saturating_mul(network.nic_queue_packets as u64));
+        match network.priority_plan() {
+            Some(plan) => plan.apply(c),
+            None => {
+                let before = c.cutoff_table();
+                let levels = network.priority_levels.clamp(1, MAX_PRIORITIES as u8);
+                c.priority_levels = levels;
+                c.unsched_priorities = network
+                    .unsched_priorities
+                    .unwrap_or(levels.div_ceil(2))
+                    .clamp(1, levels);
+                c.unsched_cutoffs = base.unsched_cutoffs;
+                if c.cutoff_table() != before {
+                    c.cutoff_version = crate::priorities::next_cutoff_version(c.cutoff_version);
+                }
+            }
+        }
+    }
+
+    /// The cutoffs table this endpoint announces in CUTOFFS packets, indexed
+    /// by priority level: for `j < unsched_priorities`, level
+    /// `priority_levels − 1 − j` gets `unsched_cutoffs[j]`; the lowest
+    /// unscheduled level takes every length the higher ones do not
+    /// (`u32::MAX`); scheduled levels are 0. Expects a valid level count.
+    pub fn cutoff_table(&self) -> [u32; MAX_PRIORITIES] {
+        let levels = (self.priority_levels as usize).clamp(1, MAX_PRIORITIES);
+        let unsched = (self.unsched_priorities as usize).clamp(1, levels);
+        let mut t = [0u32; MAX_PRIORITIES];
+        for j in 0..unsched {
+            t[levels - 1 - j] = self.unsched_cutoffs[j];
+        }
+        t[levels - unsched] = u32::MAX;
+        t
+    }
+
     /// Bytes in one RTT at the link rate.
     pub fn rtt_bytes(&self) -> u32 {
         let b = (self.link_bps as u128 * self.rtt_ns as u128 / 8_000_000_000) as u64;
@@ -429,5 +633,108 @@ mod tests {
         for c in bad {
             assert!(c.validate().is_err(), "{c:?} accepted");
         }
+    }
+
+    #[test]
+    fn for_network_derives_windows_timers_and_queue_from_the_link() {
+        // The default network: 62,500 B of RTT rounds up to 45 packets.
+        let c = Config::for_network(&NetworkProfile::default());
+        c.validate().unwrap();
+        assert_eq!(c.grant_window, Some(45 * 1416));
+        assert_eq!(c.unsched_bytes, Some(45 * 1416));
+        assert_eq!(c.effective_max_incoming(), 8 * 45 * 1416);
+        assert_eq!(c.resend_interval_ns, 1_000_000);
+        assert_eq!(c.rpc_timeout_ns, 2_000_000_000);
+        assert_eq!(c.tombstone_ns, 20_000_000);
+        assert_eq!(c.max_nic_queue_ns, None);
+        assert_eq!(c.effective_max_nic_queue_ns(), 492);
+        // No sizes: the base cutoffs and version.
+        assert_eq!(
+            (
+                c.priority_levels,
+                c.unsched_priorities,
+                c.unsched_cutoffs,
+                c.cutoff_version
+            ),
+            (8, 4, Config::default().unsched_cutoffs, 1)
+        );
+        // A slow link: timers scale with its wire times, the queue with
+        // the driver's packets.
+        let slow = NetworkProfile {
+            link_bps: 100_000_000,
+            rtt_ns: 250_000,
+            nic_queue_packets: 2,
+            ..NetworkProfile::default()
+        };
+        let c = Config::for_network(&slow);
+        c.validate().unwrap();
+        let packet_ns = c.wire_time_ns(1472);
+        assert_eq!(packet_ns, 123_040);
+        assert_eq!(c.resend_interval_ns, 100 * packet_ns);
+        assert_eq!(c.rpc_timeout_ns, 100 * c.wire_time_ns(1_000_000));
+        assert_eq!(c.tombstone_ns, 20 * 100 * packet_ns);
+        assert_eq!(c.max_nic_queue_ns, Some(2 * packet_ns));
+        // 3,125 B of RTT: three packets.
+        assert_eq!(c.grant_window, Some(3 * 1416));
+    }
+
+    #[test]
+    fn for_network_applies_the_plan_of_the_sizes_and_overrides() {
+        let sizes = MessageSizes::from_weights([(100, 4.0), (200, 2.0), (400, 1.0)]).unwrap();
+        let net = NetworkProfile {
+            priority_levels: 3,
+            message_sizes: Some(sizes),
+            unsched_bytes: Some(1_000),
+            ..NetworkProfile::default()
+        };
+        let c = Config::for_network(&net);
+        c.validate().unwrap();
+        let plan = net.priority_plan().unwrap();
+        assert_eq!(c.unsched_bytes, Some(1_000));
+        assert_eq!(c.grant_window, Some(45 * 1416));
+        assert_eq!((c.priority_levels, c.unsched_priorities), (3, 3));
+        assert_eq!(c.unsched_cutoffs[..3], [100, 200, u32::MAX]);
+        assert_eq!(plan.cutoffs, c.unsched_cutoffs);
+        assert_eq!(c.cutoff_version, 2, "cutoffs differ from the base ones");
+        // Deriving again changes nothing, the version included.
+        let mut again = c.clone();
+        again.apply_network(&net);
+        assert_eq!(again, c);
+        // Fewer levels without sizes: half of them unscheduled, a new table.
+        let c = Config::for_network(&NetworkProfile {
+            priority_levels: 4,
+            ..NetworkProfile::default()
+        });
+        c.validate().unwrap();
+        assert_eq!((c.unsched_priorities, c.cutoff_version), (2, 2));
+    }
+
+    #[test]
+    fn apply_network_keeps_the_drivers_own_settings() {
+        let mut c = Config {
+            checksum: false,
+            defer_acks: true,
+            pool_bytes: 1 << 30,
+            max_overcommit: 3,
+            ..Config::default()
+        };
+        c.apply_network(&NetworkProfile::default());
+        assert!(!c.checksum && c.defer_acks);
+        assert_eq!((c.pool_bytes, c.max_overcommit), (1 << 30, 3));
+    }
+
+    #[test]
+    fn the_cutoff_table_puts_unscheduled_levels_on_top() {
+        let c = Config::default();
+        assert_eq!(
+            c.cutoff_table(),
+            [0, 0, 0, 0, u32::MAX, 100_000, 10_000, 1_000]
+        );
+        let one = Config {
+            priority_levels: 1,
+            unsched_priorities: 1,
+            ..Config::default()
+        };
+        assert_eq!(one.cutoff_table(), [u32::MAX, 0, 0, 0, 0, 0, 0, 0]);
     }
 }

@@ -1,7 +1,10 @@
 //! The endpoint: one Homa socket's worth of protocol state.
 
 use crate::config::{Config, ConfigError};
+use crate::fifo::FifoCredit;
+use crate::grants::Grants;
 use crate::metrics::{DropReason, Metrics};
+use crate::pacer::Pacer;
 use crate::peer::{PeerKey, Peers, ServerKey};
 use crate::pool::{Message, Pool};
 use crate::rpc::{OutMsg, Rpc, RpcKey, RpcState};
@@ -9,14 +12,13 @@ use crate::sendbuf::{Outgoing, Payload, SendBuf};
 pub(crate) use crate::servers::ServerEntry;
 use crate::servers::ServerTable;
 use crate::srpt::SrptQueue;
+use crate::time::Time;
+use crate::tombstones::{Tombstones, EXPIRY_BATCH, MAX_TICK_EXPIRY};
 use crate::wire::{self, Body, CommonHeader, Packet, MAX_ACKS_PER_PACKET, MAX_PRIORITIES};
 use bytes::Bytes;
 use std::collections::{BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use thiserror::Error;
-
-/// Time in nanoseconds on the driver's clock (any epoch; must not go backwards).
-pub type Time = u64;
 
 /// Client-side identifier of an RPC (unique per client endpoint).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -110,30 +112,11 @@ pub struct EndpointStats {
 /// Most control packets queued for transmission; beyond this they are dropped
 /// (and counted), so a driver that stops polling cannot make us grow forever.
 pub(crate) const MAX_CONTROL_QUEUE: usize = 1 << 16;
-/// Most tombstones kept at once.
-const MAX_TOMBSTONES: usize = 1 << 16;
 /// Piggybacked acknowledgements held back at most (see `deferred_acks`).
 const MAX_DEFERRED_ACKS: usize = 64;
 /// Completed client RPCs whose freeing is held back at most (see
 /// `deferred_frees`).
 const MAX_DEFERRED_FREES: usize = 64;
-/// Expired tombstones are removed this many at a time, their table slots
-/// loaded together first so that their cache misses overlap.
-const EXPIRY_BATCH: usize = 8;
-/// Most tombstone-queue entries one timer tick processes: expiry normally
-/// happens as new tombstones are made, and a tick that catches up on a
-/// backlog must not hold up the driver for long.
-const MAX_TICK_EXPIRY: usize = 256;
-
-/// An entry of the tombstone expiry queue (in expiry order).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct TombRef {
-    pub expiry: Time,
-    pub id: u64,
-    pub peer: PeerKey,
-    /// Matches the table's `Tomb(n)` while this is the tombstone's latest entry.
-    pub n: u32,
-}
 
 /// A control packet waiting to be sent.
 pub(crate) struct Control {
@@ -173,27 +156,22 @@ pub struct Endpoint {
     // then share 11 cache lines instead of being spread over all 24.
     /// The latest time passed in by the driver (for calls that take none).
     pub(crate) last_now: Time,
-    /// Sum over incoming messages of granted-but-not-received bytes.
-    pub(crate) incoming_total: u64,
-    pub(crate) max_incoming: u64,
-    /// Estimated time at which the NIC's transmit queue drains.
-    pub(crate) nic_idle_at: Time,
-    pub(crate) max_nic_queue_ns: u64,
+    /// The receiver's grant budget (granted bytes in flight, cap, window,
+    /// FIFO credit, pass state).
+    pub(crate) grants: Grants,
+    /// The NIC queue estimate (when it drains; whether DATA may go).
+    pub(crate) pacer: Pacer,
     /// Next periodic timer tick (`Time::MAX`: none).
     pub(crate) next_tick: Time,
     /// Sequence number of the next client RPC (never 0, so no id is 0).
     pub(crate) next_seq: u64,
     pub(crate) next_birth: u64,
-    pub(crate) pacer_fifo_credit: u64,
-    pub(crate) grant_fifo_credit: u64,
+    pub(crate) pacer_fifo_credit: FifoCredit,
     /// Client RPCs live now.
     pub(crate) client_rpc_count: usize,
     pub(crate) server_rpc_count: usize,
     pub(crate) unsched_bytes: u32,
-    pub(crate) grant_window: u32,
     pub(crate) data_per_packet: u32,
-    /// (datagram length, its wire time) of the last packet accounted.
-    pub(crate) wire_memo: (usize, u64),
     /// A client RPC's id is `seq << key_bits | key`, its slab key in the low
     /// bits: a response finds its RPC by indexing the slab and comparing the
     /// id, no hash table. `key_bits` covers every key the slab can reach
@@ -226,23 +204,10 @@ pub struct Endpoint {
     /// packet or call names, so nothing finds them meanwhile. Bounded by
     /// `MAX_DEFERRED_FREES`.
     pub(crate) deferred_frees: Vec<RpcKey>,
-    /// Number of the next tombstone-queue entry (wraps; 31 bits are kept).
-    pub(crate) tombstone_n: u32,
     pub(crate) shut_down: bool,
     /// Inside `poll_transmit_split`: DATA payloads are returned, not copied.
     pub(crate) split_mode: bool,
-    /// Inside `handle_datagrams`: grant decisions wait for the last packet
-    /// (`grants_dirty` says one is due).
-    pub(crate) grants_deferred: bool,
-    pub(crate) grants_dirty: bool,
-    /// `update_grants` would change nothing now: its last call granted
-    /// nothing, and no incoming message, the grantable set or
-    /// `incoming_total` changed since. Lets `free_rpc` of an RPC without an
-    /// incoming message (most frees) skip the grant pass, which reads the
-    /// top grantable RPCs' (cold) slab entries.
-    pub(crate) grants_settled: bool,
     pub(crate) top_priority: u8,
-    pub(crate) sched_levels: u8,
     pub(crate) rpcs: Vec<Option<Rpc>>,
     pub(crate) free_keys: Vec<RpcKey>,
     pub(crate) events: VecDeque<Event>,
@@ -268,14 +233,8 @@ pub struct Endpoint {
     pub(crate) my_cutoffs: [u32; MAX_PRIORITIES],
     pub(crate) tick_ns: u64,
     pub(crate) keepalive_ns: u64,
-    pub(crate) tombstone_count: usize,
-    /// Tombstones in expiry order; an entry whose tombstone was refreshed
-    /// since (its number no longer matches the table's) is skipped.
-    pub(crate) tombstone_queue: VecDeque<TombRef>,
-    /// Expiry of the queue's entry `EXPIRY_BATCH - 1` (`Time::MAX` if it has
-    /// fewer entries): when a whole batch is due. Kept here so that making a
-    /// tombstone does not read the (cold) front of the queue.
-    pub(crate) tombstone_batch_due: Time,
+    /// Tombstones' expiry queue and count (the ids are in `server_ids`).
+    pub(crate) tombstones: Tombstones,
     /// Messages waiting for pool space: (length, birth, key).
     pub(crate) pool_waiters: BTreeSet<(u32, u64, RpcKey)>,
     pub(crate) scratch_keys: Vec<RpcKey>,
@@ -297,14 +256,7 @@ impl Endpoint {
     pub fn new(config: Config, now: Time) -> Result<Endpoint, ConfigError> {
         config.validate()?;
         let levels = config.priority_levels;
-        let unsched_levels = config.unsched_priorities;
-        let mut my_cutoffs = [0u32; MAX_PRIORITIES];
-        for j in 0..unsched_levels as usize {
-            my_cutoffs[levels as usize - 1 - j] = config.unsched_cutoffs[j];
-        }
-        // Whatever the configured cutoffs say, the lowest unscheduled level takes
-        // every length that the higher ones do not.
-        my_cutoffs[(levels - unsched_levels) as usize] = u32::MAX;
+        let my_cutoffs = config.cutoff_table();
         let tick_ns = (config.resend_interval_ns / 2).max(1);
         let max_keys = config
             .max_client_rpcs
@@ -312,14 +264,10 @@ impl Endpoint {
         let key_bits = (usize::BITS - max_keys.saturating_sub(1).leading_zeros()).clamp(1, 32);
         let ep = Endpoint {
             unsched_bytes: config.effective_unsched_bytes(),
-            grant_window: config.effective_grant_window(),
-            max_incoming: config.effective_max_incoming(),
-            max_nic_queue_ns: config.effective_max_nic_queue_ns(),
+            grants: Grants::new(&config),
             data_per_packet: config.max_data_per_packet() as u32,
-            wire_memo: (usize::MAX, 0),
             my_cutoffs,
             top_priority: levels - 1,
-            sched_levels: (levels - unsched_levels).max(1),
             tick_ns,
             keepalive_ns: (config.rpc_timeout_ns / 4).max(config.resend_interval_ns),
             pool: Pool::new(config.pool_bytes),
@@ -330,22 +278,17 @@ impl Endpoint {
             server_ids: ServerTable::default(),
             server_rpc_count: 0,
             peers: Peers::default(),
-            tombstone_count: 0,
-            tombstone_queue: VecDeque::new(),
-            tombstone_batch_due: Time::MAX,
-            tombstone_n: 0,
+            tombstones: Tombstones::default(),
             next_seq: (splitmix64(config.rpc_id_seed) >> key_bits).max(1),
             next_birth: 0,
             sendable: SrptQueue::default(),
             sendable_by_age: SrptQueue::default(),
             retx_queue: VecDeque::new(),
             control: VecDeque::new(),
-            nic_idle_at: now,
-            pacer_fifo_credit: 0,
+            pacer: Pacer::new(&config, now),
+            pacer_fifo_credit: FifoCredit::default(),
             grantable: SrptQueue::default(),
             grantable_by_age: SrptQueue::default(),
-            incoming_total: 0,
-            grant_fifo_credit: 0,
             pool_waiters: BTreeSet::new(),
             scratch_keys: Vec::new(),
             events: VecDeque::new(),
@@ -359,31 +302,22 @@ impl Endpoint {
             split_mode: false,
             split_payload: None,
             burst_key: None,
-            grants_deferred: false,
-            grants_dirty: false,
-            grants_settled: true,
             metrics: Metrics::default(),
             config,
         };
         Ok(ep)
     }
 
-    /// First of two hints for a driver that knows some time ahead that a
-    /// `send_request` to `dest` is coming (a simulator draws its arrivals
-    /// ahead): starts loading the destination's slot of the address index.
-    /// Changes nothing.
+    /// See [`crate::driver::FastPath::prefetch_dest`].
     #[inline]
-    pub fn prefetch_dest(&self, dest: SocketAddr) {
+    pub(crate) fn prefetch_dest(&self, dest: SocketAddr) {
         self.peers.prefetch_find(&dest);
         crate::table::prefetch(&self.free_keys);
     }
 
-    /// Second hint, shortly before the `send_request` (after
-    /// [`Self::prefetch_dest`], whose load it uses): starts loading the
-    /// destination's peer entry and the slab slot the new RPC will take.
-    /// Changes nothing.
+    /// See [`crate::driver::FastPath::prefetch_send`].
     #[inline]
-    pub fn prefetch_send(&self, dest: SocketAddr) {
+    pub(crate) fn prefetch_send(&self, dest: SocketAddr) {
         if let Some(pk) = self.peers.find(dest) {
             self.peers.prefetch_peer(pk);
         }
@@ -410,13 +344,13 @@ impl Endpoint {
     pub fn stats(&self) -> EndpointStats {
         debug_assert_eq!(
             self.server_ids.len(),
-            self.server_rpc_count + self.tombstone_count
+            self.server_rpc_count + self.tombstones.count()
         );
         EndpointStats {
             client_rpcs: self.client_rpc_count - self.deferred_frees.len(),
             server_rpcs: self.server_rpc_count,
             peers: self.peers.len(),
-            tombstones: self.tombstone_count,
+            tombstones: self.tombstones.count(),
             pool_bpages_in_use: self.pool.bpages_in_use(),
             pool_empty: self.pool.is_empty(),
             granted_messages: self
@@ -426,7 +360,7 @@ impl Endpoint {
                 .filter_map(|r| r.inc.as_ref())
                 .filter(|m| m.outstanding() > 0 && m.grant_key.is_some())
                 .count(),
-            incoming_bytes: self.incoming_total,
+            incoming_bytes: self.grants.incoming(),
             pool_waiters: self.pool_waiters.len(),
             sendable_messages: self.sendable.len(),
         }
@@ -446,14 +380,9 @@ impl Endpoint {
             && self.events.is_empty()
     }
 
-    /// Does what [`Self::poll_transmit`]`(now, _)` would do if that finds
-    /// nothing queued to send (no control packet, retransmission or sendable
-    /// message): notes the time and returns true. Otherwise returns false
-    /// and changes nothing. A driver that polls after every input (most of
-    /// which queue nothing) saves preparing a buffer for a poll that yields
-    /// nothing.
+    /// See [`crate::driver::FastPath::poll_nothing_to_send`].
     #[inline]
-    pub fn poll_nothing_to_send(&mut self, now: Time) -> bool {
+    pub(crate) fn poll_nothing_to_send(&mut self, now: Time) -> bool {
         if !self.control.is_empty() || !self.retx_queue.is_empty() || !self.sendable.is_empty() {
             return false;
         }
@@ -661,14 +590,13 @@ impl Endpoint {
             return self.handle_datagram(now, from, data);
         }
         self.run_deferred(now);
-        self.grants_deferred = true;
+        self.grants.begin_batch();
         let mut hint = self.last_rx_peer;
         for packet in data.chunks(segment) {
             hint = self.receive_one(now, from, packet, hint).or(hint);
         }
         self.last_rx_peer = hint;
-        self.grants_deferred = false;
-        if std::mem::take(&mut self.grants_dirty) && !self.grantable.is_empty() {
+        if self.grants.end_batch() && !self.grantable.is_empty() {
             self.update_grants(now);
         }
         self.check_pool_waiters(now);
@@ -823,7 +751,7 @@ impl Endpoint {
         self.deferred_frees.push(key);
         // A grant pass may be owed to other messages now that this one is
         // complete; the free would have made it.
-        if !self.grants_settled && !self.grantable.is_empty() {
+        if !self.grants.is_settled() && !self.grantable.is_empty() {
             self.update_grants(now);
         }
     }
@@ -868,9 +796,10 @@ impl Endpoint {
     /// may run somewhat late.
     #[inline]
     pub fn pacer_deadline(&self) -> Option<Time> {
-        ((!self.sendable.is_empty() || !self.retx_queue.is_empty())
-            && self.nic_idle_at > self.max_nic_queue_ns)
-            .then(|| self.nic_idle_at - self.max_nic_queue_ns)
+        if self.sendable.is_empty() && self.retx_queue.is_empty() {
+            return None;
+        }
+        self.pacer.opens_at()
     }
 
     /// The RPC a packet from peer `pk` refers to, by direction (a sender we
@@ -891,16 +820,9 @@ impl Endpoint {
         }
     }
 
-    /// A dense index for client RPC `id`: its slot in the engine's RPC
-    /// table (the id's low bits), which no other live RPC shares. Slots are
-    /// reused most-recently-freed first, so they stay as small as the
-    /// number of RPCs in progress, and a driver can keep its own per-RPC
-    /// data in a vector indexed by it instead of a hash map (the runtime's
-    /// map lookup cost ~100 ns per response, a cache miss on the fast
-    /// path). Any id maps to some index below `2^32`; only those of live
-    /// client RPCs are below the table's length. Compare the stored id.
+    /// See [`crate::driver::FastPath::client_rpc_index`].
     #[inline]
-    pub fn client_rpc_index(&self, id: RpcId) -> usize {
+    pub(crate) fn client_rpc_index(&self, id: RpcId) -> usize {
         self.client_slot(id.0)
     }
 
@@ -1047,7 +969,7 @@ impl Endpoint {
         // The grant pass is for room or rank freed by the message removed
         // above (which unsettles it), or for a grant an earlier pass could
         // not yet give; if neither, it would do nothing.
-        if !self.grants_settled {
+        if !self.grants.is_settled() {
             self.update_grants(now);
         }
     }
@@ -1061,37 +983,22 @@ impl Endpoint {
     /// Also removes a batch of expired tombstones if one is due, so expiry
     /// keeps pace with creation instead of piling up for the timer tick.
     fn set_tombstone(&mut self, now: Time, sk: ServerKey) {
-        while self.tombstone_queue.len() >= MAX_TOMBSTONES {
+        while self.tombstones.is_full() {
             self.expire_batch(Time::MAX);
         }
         let expiry = now.saturating_add(self.config.tombstone_ns);
-        let n = self.tombstone_n & !(1 << 31);
-        self.tombstone_n = self.tombstone_n.wrapping_add(1);
+        let n = self.tombstones.next_number();
         // Refreshing a tombstone leaves its older queue entry behind; that
         // entry's number no longer matches and it is skipped when it comes up.
         if !matches!(
             self.server_ids.set(sk, ServerEntry::Tomb(n)),
             Some(ServerEntry::Tomb(_))
         ) {
-            self.tombstone_count += 1;
+            self.tombstones.made();
             self.peers[sk.peer].tombstones += 1;
         }
-        self.tombstone_queue.push_back(TombRef {
-            expiry,
-            id: sk.id,
-            peer: sk.peer,
-            n,
-        });
-        if self.tombstone_queue.len() == EXPIRY_BATCH {
-            self.tombstone_batch_due = expiry;
-        }
-        debug_assert_eq!(
-            self.tombstone_batch_due,
-            self.tombstone_queue
-                .get(EXPIRY_BATCH - 1)
-                .map_or(Time::MAX, |t| t.expiry)
-        );
-        if self.tombstone_batch_due <= now {
+        self.tombstones.push(expiry, sk, n);
+        if self.tombstones.batch_due(now) {
             self.expire_batch(now);
         }
     }
@@ -1101,30 +1008,14 @@ impl Endpoint {
     /// returns how many entries it took.
     fn expire_batch(&mut self, now: Time) -> usize {
         let mut batch = [None; EXPIRY_BATCH];
-        let mut len = 0;
-        for t in self.tombstone_queue.iter().take(EXPIRY_BATCH) {
-            if t.expiry > now {
-                break;
-            }
-            self.server_ids.prefetch(ServerKey {
-                peer: t.peer,
-                id: t.id,
-            });
-            batch[len] = Some(*t);
-            len += 1;
-        }
-        self.tombstone_queue.drain(..len);
-        self.tombstone_batch_due = self
-            .tombstone_queue
-            .get(EXPIRY_BATCH - 1)
-            .map_or(Time::MAX, |t| t.expiry);
+        let server_ids = &self.server_ids;
+        let len = self
+            .tombstones
+            .take_due(now, &mut batch, |sk| server_ids.prefetch(sk));
         for t in batch.into_iter().flatten() {
-            let sk = ServerKey {
-                peer: t.peer,
-                id: t.id,
-            };
+            let sk = t.key();
             if self.server_ids.remove_if(sk, Some(ServerEntry::Tomb(t.n))) {
-                self.tombstone_count -= 1;
+                self.tombstones.removed();
                 self.peers[sk.peer].tombstones -= 1;
             }
         }

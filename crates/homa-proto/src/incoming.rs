@@ -2,11 +2,12 @@
 //! with controlled overcommitment and rank-based scheduled priorities).
 
 use crate::endpoint::{
-    Control, ControlBody, Endpoint, Event, RpcError, RpcId, ServerEntry, ServerRpc, Time,
+    Control, ControlBody, Endpoint, Event, RpcError, RpcId, ServerEntry, ServerRpc,
 };
 use crate::metrics::DropReason;
 use crate::peer::{PeerKey, ServerKey};
 use crate::rpc::{InMsg, RpcKey, RpcState};
+use crate::time::Time;
 use crate::wire::{CommonHeader, DataHeader, MAX_ACKS_PER_PACKET};
 use std::net::SocketAddr;
 
@@ -97,7 +98,7 @@ impl Endpoint {
                 if let Some(message) = self.pool.message_from(payload, copy) {
                     crate::trace_point!("engine: payload written");
                     self.metrics.data_bytes_received += payload.len() as u64;
-                    self.grants_settled = false;
+                    self.grants.unsettle();
                     self.deliver(now, key, message);
                     return;
                 }
@@ -166,9 +167,9 @@ impl Endpoint {
         }
         crate::trace_point!("engine: payload written");
         inc.bytes_received += new;
-        self.grants_settled = false;
+        self.grants.unsettle();
         self.metrics.data_bytes_received += new as u64;
-        self.incoming_total = self.incoming_total - old_outstanding + inc.outstanding();
+        self.grants.track(old_outstanding, inc.outstanding());
         if inc.complete() {
             self.finish_incoming(now, key);
             return;
@@ -182,9 +183,7 @@ impl Endpoint {
         }
         // New data may have moved this message in the SRPT order or freed room
         // under `max_incoming` for another one.
-        if self.grants_deferred {
-            self.grants_dirty = true;
-        } else if !self.grantable.is_empty() {
+        if self.grants.pass_now() && !self.grantable.is_empty() {
             self.update_grants(now);
         }
     }
@@ -275,8 +274,8 @@ impl Endpoint {
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
         let birth = rpc.birth;
         let inc = rpc.inc.as_mut().unwrap();
-        self.incoming_total += inc.outstanding();
-        self.grants_settled = false;
+        self.grants.add(inc.outstanding());
+        self.grants.unsettle();
         if inc.granted < inc.len && inc.grant_key.is_none() {
             let remaining = inc.len - inc.bytes_received;
             inc.grant_key = Some(remaining);
@@ -292,7 +291,7 @@ impl Endpoint {
             if let Some(remaining) = inc.grant_key.take() {
                 self.grantable.remove(&(remaining, birth, key));
                 self.grantable_by_age.remove(&(birth, key));
-                self.grants_settled = false;
+                self.grants.unsettle();
             }
         }
     }
@@ -303,11 +302,11 @@ impl Endpoint {
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
         let birth = rpc.birth;
         if let Some(inc) = rpc.inc.take() {
-            self.grants_settled = false;
+            self.grants.unsettle();
             if inc.waiting_for_pool {
                 self.pool_waiters.remove(&(inc.len, birth, key));
             }
-            self.incoming_total -= inc.outstanding();
+            self.grants.remove(inc.outstanding());
             if let Some(alloc) = inc.alloc {
                 self.pool.release(alloc);
             }
@@ -321,8 +320,8 @@ impl Endpoint {
         // Take only what is needed; dropping the rest in place spares
         // copying the whole (112-byte) InMsg out.
         let inc = rpc.inc.as_mut().unwrap();
-        self.incoming_total -= inc.outstanding();
-        self.grants_settled = false;
+        self.grants.remove(inc.outstanding());
+        self.grants.unsettle();
         let message = self.pool.take_message(inc.alloc.as_mut().unwrap());
         rpc.inc = None;
         self.deliver(now, key, message);
@@ -397,10 +396,10 @@ impl Endpoint {
     /// Returns whether it granted anything. A pass that grants nothing
     /// changes nothing that a second pass reads (at most it zeroes the FIFO
     /// credit, which a second pass would zero again), so until something
-    /// else changes (see `grants_settled`) another pass would do nothing.
+    /// else changes (see `Grants::is_settled`) another pass would do nothing.
     pub(crate) fn update_grants(&mut self, _now: Time) -> bool {
         if self.grantable.is_empty() {
-            self.grants_settled = true;
+            self.grants.settle(false);
             return false;
         }
         let mut any = false;
@@ -409,23 +408,23 @@ impl Endpoint {
         top.clear();
         top.extend(self.grantable.iter().take(k).map(|e| e.2));
         let n = top.len();
-        let s = self.sched_levels as usize;
-        let fifo_quantum = 1000 * self.grant_window as u64;
+        let fifo_quantum = self.grants.fifo_quantum();
         let competing = self.grantable.len() > k;
         for (rank, &key) in top.iter().enumerate() {
-            let level = (n.min(s) - 1 - rank.min(s - 1)) as u8;
+            let level = self.grants.level(rank, n);
             let granted = self.grant_one(key, level, false);
             any |= granted > 0;
             if competing {
-                // Credit accrues only while some message is left out, and is
-                // capped, so that the FIFO share cannot arrive as a burst.
-                self.grant_fifo_credit = (self.grant_fifo_credit
-                    + granted as u64 * self.config.grant_fifo_permille as u64)
-                    .min(2 * fifo_quantum);
+                // Credit accrues only while some message is left out.
+                self.grants.fifo.accrue(
+                    granted as u64,
+                    self.config.grant_fifo_permille,
+                    fifo_quantum,
+                );
             }
         }
         if self.config.grant_fifo_permille > 0
-            && self.grant_fifo_credit >= fifo_quantum
+            && self.grants.fifo.due(fifo_quantum)
             && self.grantable.len() > k
         {
             let oldest = self.grantable_by_age.first().unwrap().1;
@@ -435,23 +434,21 @@ impl Endpoint {
                 .is_some_and(|m| m.outstanding() == 0);
             if top.contains(&oldest) {
                 // The oldest is already being served; don't let credit pile up.
-                self.grant_fifo_credit = 0;
+                self.grants.fifo.clear();
             } else if idle && self.grant_one(oldest, 0, true) > 0 {
-                self.grant_fifo_credit -= fifo_quantum;
+                self.grants.fifo.spend(fifo_quantum);
                 any = true;
             }
         }
         self.scratch_keys = top;
-        self.grants_settled = !any;
+        self.grants.settle(any);
         any
     }
 
     /// Raises one message's grant by up to a window; returns the bytes granted.
     /// Changes nothing when it returns 0 (see `update_grants`).
     fn grant_one(&mut self, key: RpcKey, priority: u8, fifo: bool) -> u32 {
-        let window = self.grant_window;
         let dpp = self.data_per_packet;
-        let room = self.max_incoming.saturating_sub(self.incoming_total);
         let rpc = self.rpcs[key as usize].as_mut().unwrap();
         let birth = rpc.birth;
         let inc = rpc.inc.as_mut().unwrap();
@@ -460,27 +457,17 @@ impl Endpoint {
         } else {
             inc.bytes_received
         };
-        let mut target = (base as u64 + window as u64).min(inc.len as u64) as u32;
-        if target <= inc.granted {
+        let Some(target) = self
+            .grants
+            .next_grant(base, inc.granted, inc.len, dpp, fifo)
+        else {
             return 0;
-        }
-        let mut delta = target - inc.granted;
-        if target < inc.len && delta < dpp {
-            return 0;
-        }
-        // FIFO grants are exempt from the cap (they are rare, and only go to a
-        // message with nothing outstanding), or a full cap would starve them.
-        if !fifo && delta as u64 > room {
-            if room < dpp as u64 {
-                return 0;
-            }
-            delta = room as u32;
-            target = inc.granted + delta;
-        }
+        };
+        let delta = target - inc.granted;
         let old = inc.outstanding();
         inc.granted = target;
         inc.priority = priority;
-        self.incoming_total = self.incoming_total - old + inc.outstanding();
+        self.grants.track(old, inc.outstanding());
         if target >= inc.len {
             let remaining = inc.grant_key.take().unwrap();
             self.grantable.remove(&(remaining, birth, key));
@@ -514,7 +501,7 @@ impl Endpoint {
             rpc.last_prod = now;
             let inc = rpc.inc.as_mut().unwrap();
             inc.waiting_for_pool = false;
-            self.grants_settled = false;
+            self.grants.unsettle();
             inc.alloc = Some(alloc);
             inc.received.clear();
             inc.bytes_received = 0;
@@ -541,12 +528,13 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
-    use crate::endpoint::{Endpoint, Event, RpcId, Time};
+    use crate::endpoint::{Endpoint, Event, RpcId};
+    use crate::time::Time;
     use bytes::Bytes;
     use std::collections::BTreeMap;
     use std::net::SocketAddr;
 
-    /// `grants_settled` promises that a grant pass would do nothing: check
+    /// `Grants::is_settled` promises that a grant pass would do nothing: check
     /// that promise after every call into the endpoints, in traffic that
     /// keeps several messages competing for grants under a small
     /// `max_incoming`, with losses (resends, timeouts), cancelled client
@@ -584,7 +572,7 @@ mod tests {
             rng
         };
         let check = |ep: &mut Endpoint, now: Time, checks: &mut u64| {
-            if ep.grants_settled {
+            if ep.grants.is_settled() {
                 *checks += 1;
                 assert!(!ep.update_grants(now), "a settled grant pass granted");
             }

@@ -48,26 +48,35 @@
 
 pub mod config;
 mod config_setters;
+pub mod driver;
 mod endpoint;
+mod fifo;
+mod grants;
 mod incoming;
 pub mod metrics;
 mod outgoing;
+mod pacer;
 mod peer;
 pub mod pool;
+pub mod priorities;
 mod rpc;
 pub mod sendbuf;
 mod servers;
 mod srpt;
 mod table;
+pub mod time;
 mod timer;
+mod tombstones;
 pub mod trace;
 pub mod wire;
 
-pub use config::{Config, ConfigError, PadWindow};
+pub use config::{Config, ConfigError, NetworkProfile, PadWindow};
 pub use endpoint::{
-    Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Time, Transmit,
+    Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Transmit,
 };
 pub use metrics::{DropReason, Metrics};
 pub use outgoing::Burst;
 pub use pool::{Message, BPAGE_SIZE};
+pub use priorities::{MessageSizes, PriorityPlan};
 pub use sendbuf::{Outgoing, SendBuf, SendBufError};
+pub use time::Time;

@@ -1,15 +1,17 @@
 //! Sender side: SRPT transmit order, the NIC queue estimator (pacer), grants
 //! received, and retransmission on RESEND.
 
-use crate::endpoint::{ControlBody, Endpoint, Time, Transmit};
+use crate::endpoint::{ControlBody, Endpoint, Transmit};
+use crate::fifo::FifoCredit;
 use crate::metrics::DropReason;
 use crate::peer::PeerKey;
 use crate::rpc::{OutMsg, RpcKey};
 use crate::sendbuf::SENDBUF_HEAD;
+use crate::time::Time;
 use crate::wire::{self, Body, CommonHeader, DataHeader, PacketType, DATA_PACKET_OVERHEAD};
 use std::net::SocketAddr;
 
-/// A run of packets from [`Endpoint::poll_transmit_burst`]: `count` packets
+/// A run of packets from [`crate::driver::FastPath::poll_transmit_burst`]: `count` packets
 /// to `dest` at `priority`, whose headers (`header_len` bytes each) are in the
 /// caller's buffer back to back and whose payloads are consecutive
 /// `segment`-byte pieces of `payload` (the last piece may be shorter).
@@ -107,13 +109,9 @@ impl Endpoint {
         }
     }
 
-    /// Whether [`Self::poll_transmit`] may have a packet now; `false` means
-    /// it surely returns `None`. A few loads: drivers ask it before setting
-    /// up a transmit pass, which after every receive and every send finds
-    /// nothing more to send (~30 ns a time through `poll_transmit_burst`,
-    /// four times per short round trip).
+    /// See [`crate::driver::FastPath::may_transmit`].
     #[inline]
-    pub fn may_transmit(&self) -> bool {
+    pub(crate) fn may_transmit(&self) -> bool {
         !self.control.is_empty() || !self.retx_queue.is_empty() || !self.sendable.is_empty()
     }
 
@@ -147,7 +145,7 @@ impl Endpoint {
             return Some(self.account(now, ptype, c.dest, priority, buf.len()));
         }
         self.last_now = self.last_now.max(now);
-        let pacer_open = self.nic_idle_at <= now.saturating_add(self.max_nic_queue_ns);
+        let pacer_open = self.pacer.is_open(now);
         if pacer_open {
             while let Some(&key) = self.retx_queue.front() {
                 if let Some(t) = self.send_retransmit(now, key, buf) {
@@ -158,7 +156,8 @@ impl Endpoint {
         }
         let (key, first, fifo_turn) = self.data_choice(pacer_open)?;
         if fifo_turn {
-            self.pacer_fifo_credit -= 1000 * self.data_per_packet as u64;
+            self.pacer_fifo_credit
+                .spend(FifoCredit::quantum(self.data_per_packet));
         }
         let t = self.send_chosen(now, key, first, false, buf);
         self.burst_key = Some(key);
@@ -174,8 +173,10 @@ impl Endpoint {
         let &(_, _, first) = self.sendable.first()?;
         if pacer_open {
             let oldest = self.sendable_by_age.first().unwrap().1;
-            let fifo_turn =
-                oldest != first && self.pacer_fifo_credit >= 1000 * self.data_per_packet as u64;
+            let fifo_turn = oldest != first
+                && self
+                    .pacer_fifo_credit
+                    .due(FifoCredit::quantum(self.data_per_packet));
             Some(if fifo_turn {
                 (oldest, first, true)
             } else {
@@ -201,13 +202,12 @@ impl Endpoint {
         let competing = self.sendable_by_age.len() > 1;
         let t = self.send_data(now, key, headers_only, buf);
         if key == first && competing {
-            // Credit accrues only while another message waits, and never
-            // beyond two packets' worth: the FIFO share is a trickle, not a
-            // burst after a quiet period.
-            let cap = 2 * 1000 * self.data_per_packet as u64;
-            self.pacer_fifo_credit = (self.pacer_fifo_credit
-                + t.len as u64 * self.config.pacer_fifo_permille as u64)
-                .min(cap);
+            // Credit accrues only while another message waits.
+            self.pacer_fifo_credit.accrue(
+                t.len as u64,
+                self.config.pacer_fifo_permille,
+                FifoCredit::quantum(self.data_per_packet),
+            );
         }
         t
     }
@@ -220,25 +220,15 @@ impl Endpoint {
         if !self.control.is_empty() {
             return false;
         }
-        let pacer_open = self.nic_idle_at <= now.saturating_add(self.max_nic_queue_ns);
+        let pacer_open = self.pacer.is_open(now);
         if pacer_open && !self.retx_queue.is_empty() {
             return false;
         }
         self.data_choice(pacer_open) == Some((key, key, false))
     }
 
-    /// Like [`Self::poll_transmit_split`], but when the next packet is new
-    /// DATA, goes on with the same message's following packets (up to
-    /// `max_packets` in all) for as long as [`Self::poll_transmit`] would
-    /// have chosen them one by one: the same packets, in the same order,
-    /// with the same pacing, for one SRPT decision and one payload handle
-    /// instead of one per packet. `buf` receives the packets' headers back
-    /// to back, `header_len` bytes each; the payload of packet `i` is
-    /// `payload[i * segment..]`, `segment` bytes except for the last packet.
-    /// A control packet or a retransmission comes alone (`count` 1,
-    /// `header_len` its whole encoding, plus its payload if it is DATA).
-    /// Drivers use it to fill one UDP GSO send per call.
-    pub fn poll_transmit_burst(
+    /// See [`crate::driver::FastPath::poll_transmit_burst`].
+    pub(crate) fn poll_transmit_burst(
         &mut self,
         now: Time,
         max_packets: usize,
@@ -339,16 +329,7 @@ impl Endpoint {
     ) -> Transmit {
         self.metrics.packets_sent[ptype.index()] += 1;
         self.metrics.bytes_sent += len as u64;
-        // Most packets have the length of the previous one (full DATA
-        // packets): reuse its wire time instead of a 64-bit division.
-        let wire = if self.wire_memo.0 == len {
-            self.wire_memo.1
-        } else {
-            let w = self.config.wire_time_ns(len);
-            self.wire_memo = (len, w);
-            w
-        };
-        self.nic_idle_at = self.nic_idle_at.max(now) + wire;
+        self.pacer.on_transmit(now, len, &self.config);
         Transmit {
             dest,
             priority,
@@ -467,19 +448,8 @@ impl Endpoint {
         )
     }
 
-    /// Like [`Self::poll_transmit`], but a DATA packet's payload is not copied:
-    /// `buf` receives the headers only, and the payload comes back as a slice
-    /// of the message's `Bytes`, to be sent right after them (one `sendmsg`
-    /// with two iovecs). `Transmit::len` is the whole datagram's length,
-    /// including any padding (`Config::pad_v4`): the driver appends
-    /// `len - headers - payload` zero bytes after the payload. The
-    /// payload is empty for control packets. A first transmission from a
-    /// [`crate::SendBuf`] leaves `buf` empty and returns the whole packet,
-    /// its header written in place, as the payload. The last packet of a
-    /// message with at most `WHOLE_MAX_PAYLOAD` (512) bytes of payload is
-    /// written whole into `buf` (padding included) and comes with an empty
-    /// payload: every short request and response leaves as one buffer.
-    pub fn poll_transmit_split(
+    /// See [`crate::driver::FastPath::poll_transmit_split`].
+    pub(crate) fn poll_transmit_split(
         &mut self,
         now: Time,
         buf: &mut Vec<u8>,

@@ -1,7 +1,7 @@
 //! What an endpoint remembers about each peer it talks to.
 
-use crate::endpoint::Time;
 use crate::table::{LinearTable, Slot};
+use crate::time::Time;
 use crate::wire::MAX_PRIORITIES;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;

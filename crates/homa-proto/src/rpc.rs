@@ -1,9 +1,9 @@
 //! Per-RPC state: the outgoing and incoming message of each RPC.
 
-use crate::endpoint::Time;
 use crate::peer::PeerKey;
 use crate::pool::Allocation;
 use crate::sendbuf::Payload;
+use crate::time::Time;
 use smallvec::SmallVec;
 use std::net::SocketAddr;
 

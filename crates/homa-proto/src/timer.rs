@@ -1,9 +1,10 @@
 //! The periodic timer: loss detection by silence (RESEND), keep-alives (BUSY),
 //! NEED_ACK, RPC timeouts, and garbage collection of peers and tombstones.
 
-use crate::endpoint::{ControlBody, Endpoint, Time};
+use crate::endpoint::{ControlBody, Endpoint};
 use crate::peer::PeerKey;
 use crate::rpc::{InMsg, RpcKey, RpcState};
+use crate::time::Time;
 use std::collections::BTreeMap;
 
 /// RESENDs sent to one peer per timer tick at most (the least recently
@@ -94,7 +95,7 @@ impl Endpoint {
                 .filter(|(_, p)| p.unreferenced())
                 .map(|(_, p)| p.last_active.saturating_add(idle))
                 .min();
-            let tomb_expiry = self.tombstone_queue.front().map(|t| t.expiry);
+            let tomb_expiry = self.tombstones.front_expiry();
             match (peer_expiry, tomb_expiry) {
                 (Some(a), Some(b)) => a.min(b),
                 (Some(a), None) | (None, Some(a)) => a,

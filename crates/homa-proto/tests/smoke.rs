@@ -3,6 +3,7 @@
 //! priority queues and seeded faults, lives in crates/homa-testnet.
 
 use bytes::Bytes;
+use homa_proto::driver::FastPath as _;
 use homa_proto::{Config, Endpoint, Event, Outgoing, Time};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

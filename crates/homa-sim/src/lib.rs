@@ -8,7 +8,8 @@
 //!
 //! * [`topology`]: the paper's network, stars, two-level trees; the analytic
 //!   best-case latency and RTT.
-//! * [`priorities`]: unscheduled priority levels and cutoffs from a workload.
+//! * [`priorities`]: a workload as the engine's message sizes, for its
+//!   unscheduled priority plan (`homa_proto::priorities`).
 //! * [`sim`]: one run ([`sim::SimSpec`] in, [`sim::Report`] out).
 //! * [`report`]: tables, JSON, SVG, parallel sweeps.
 //!

@@ -20,8 +20,9 @@ use crate::stats::{Completion, Group, SlowdownTable};
 use crate::topology::{Path, Topology};
 use crate::workload::Workload;
 use bytes::Bytes;
+use homa_proto::driver::FastPath as _;
 use homa_proto::wire::DATA_PACKET_OVERHEAD;
-use homa_proto::{Config, Event, RpcId, Time};
+use homa_proto::{Config, Event, NetworkProfile, RpcId, Time};
 use homa_testnet::net::mix;
 use homa_testnet::{App, EngineNet, HostCtx, HostId, LinkId, Node};
 use rand::{Rng, SeedableRng};
@@ -230,41 +231,47 @@ impl SimSpec {
             .sum()
     }
 
-    /// The engine configuration every host gets (but its `rpc_id_seed`), and
-    /// the priority plan in it.
-    pub fn engine_config(&self) -> (Config, PriorityPlan) {
+    /// What the hosts' engines are told about the simulated network: the
+    /// host link, the unloaded RTT of a full packet across the fabric, the
+    /// workload's sizes and the variant's levels and overrides. One packet
+    /// of NIC queue: the simulator calls the engine at every packet time.
+    pub fn network_profile(&self) -> NetworkProfile {
         let t = &self.topology;
-        let mut c = Config::default()
-            .with_max_packet_size(self.max_packet_size)
-            .with_checksum(false)
-            // Nobody reads the payloads (they are zeros): reserve and track
-            // receive buffers as usual but do not fill them, which spares the
-            // memory and page faults of ~10 GB of pool pages in a W5 run.
-            .with_discard_payload(!self.keep_payloads);
-        c.rtt_ns = t.rtt_ns(self.max_packet_size);
-        c.link_bps = t.host_link_bps;
-        c.packet_overhead_bytes = t.overhead_bytes;
-        c.max_message_length = self.workload.max_len().max(1);
+        NetworkProfile {
+            link_bps: t.host_link_bps,
+            rtt_ns: t.rtt_ns(self.max_packet_size),
+            max_packet_size: self.max_packet_size,
+            packet_overhead_bytes: t.overhead_bytes,
+            max_message_length: self.workload.max_len().max(1),
+            priority_levels: self.levels(),
+            message_sizes: Some(crate::priorities::message_sizes(&self.workload)),
+            nic_queue_packets: 1,
+            unsched_bytes: self.unsched_bytes,
+            unsched_priorities: self.unsched_levels,
+        }
+    }
+
+    /// The engine configuration every host gets (but its `rpc_id_seed`), and
+    /// the priority plan in it: derived by the engine from
+    /// [`Self::network_profile`], plus the simulator's own resources.
+    pub fn engine_config(&self) -> (Config, PriorityPlan) {
+        let network = self.network_profile();
+        let plan = network
+            .priority_plan()
+            .expect("the profile has message sizes");
+        let mut c = Config::for_network(&network);
+        c.checksum = false;
+        // Nobody reads the payloads (they are zeros): reserve and track
+        // receive buffers as usual but do not fill them, which spares the
+        // memory and page faults of ~10 GB of pool pages in a W5 run.
+        c.discard_payload = !self.keep_payloads;
         let min_pool: usize = if self.keep_payloads { 1 << 30 } else { 4 << 30 };
         c.pool_bytes = self
             .pool_bytes
             .unwrap_or(min_pool.max(4 * c.max_message_length as usize));
         c.max_client_rpcs = 1 << 20;
-        // Long enough to catch delayed duplicates of a request (they follow a
-        // RESEND by at most a few ms); short, so the table stays small.
-        c.tombstone_ns = 20_000_000;
         c.max_server_rpcs_per_peer = 1 << 20;
         c.max_overcommit = self.overcommit_degree();
-        // One RTT of bytes, rounded up to whole packets (as Linux Homa does):
-        // a window that ends mid-packet costs a short packet's overhead and,
-        // with grants issued a packet at a time, stalls the sender.
-        let dpp = c.max_data_per_packet() as u32;
-        let rtt_packets = c.rtt_bytes().div_ceil(dpp) * dpp;
-        c.grant_window = Some(rtt_packets);
-        let unsched = self.unsched_bytes.unwrap_or(rtt_packets);
-        let plan =
-            PriorityPlan::compute_with(&self.workload, unsched, self.levels(), self.unsched_levels);
-        plan.apply(&mut c);
         (c, plan)
     }
 }
@@ -472,116 +479,232 @@ impl App for SimApp {
 pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Report {
     let wall = Instant::now();
     let cpu0 = thread_cpu_seconds();
-    let t = spec.topology;
-    let n = t.n_hosts();
-    assert!(n >= 2, "need at least two hosts");
-    let (config, plan) = spec.engine_config();
-    let fabric = t.build(spec.seed);
-    let paths = [t.path(0, 1), t.longest_path()];
-    let shared = Rc::new(RefCell::new(Shared {
-        topology: t,
-        max_packet_size: spec.max_packet_size,
-        outstanding: (0..n).map(|_| HashMap::default()).collect(),
-        completions: Vec::new(),
-        cancels: Vec::new(),
-        best: HashMap::default(),
-        delivered_bytes: 0,
-        server_rpcs_abandoned: 0,
-        measured_done: 0,
-        unexpected_events: 0,
-        paths,
-    }));
-    let seed = spec.seed;
-    let mut net = EngineNet::new(
-        fabric,
-        |h| {
-            config
-                .clone()
-                .with_rpc_id_seed(mix(seed ^ mix(h as u64 + 1)))
-        },
-        |_| SimApp {
-            shared: shared.clone(),
-        },
-    )
-    .expect("engine configuration is valid");
-    let zeros = static_zeros(spec.workload.max_len() as usize);
-    let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x5EED_A551));
+    let mut r = Run::new(spec);
+    r.run_loop(&mut progress);
+    let wall_seconds = wall.elapsed().as_secs_f64();
+    let cpu_seconds = thread_cpu_seconds() - cpu0;
+    r.report(progress, wall_seconds, cpu_seconds)
+}
 
-    // Arrival process.
-    let rate_bytes = spec.load * t.host_link_bps as f64 / 8.0; // per host, bytes/s
-    let mean_wire = spec.mean_wire_bytes();
-    let (arrivals_per_second, per_round) = match spec.pattern {
-        Pattern::Uniform => (n as f64 * rate_bytes / mean_wire, 1usize),
-        Pattern::Incast { senders } => (
-            rate_bytes / (senders as f64 * mean_wire),
-            senders.min(n - 1),
-        ),
-    };
-    let mean_gap_ns = 1e9 / arrivals_per_second.max(1e-300);
-    let (warm_msgs, target_msgs, gen_end_time) = match (&spec.trace, spec.stop) {
-        (Some(tr), _) => (0u64, tr.len() as u64, Time::MAX),
-        (None, Stop::Messages(m)) => {
-            let w = (m as f64 * spec.warmup / (1.0 - spec.warmup).max(1e-9)).round() as u64;
-            (w, m, Time::MAX)
-        }
-        (None, Stop::Duration(d)) => {
-            // The measured span keeps its share of `d` after a longer warm-up.
-            let warm = ((d as f64 * spec.warmup) as Time).max(spec.min_warmup_ns);
-            (0, u64::MAX, warm + (d as f64 * (1.0 - spec.warmup)) as Time)
-        }
-    };
-    let warm_time = match spec.stop {
-        Stop::Duration(d) if spec.trace.is_none() => {
-            ((d as f64 * spec.warmup) as Time).max(spec.min_warmup_ns)
-        }
-        _ if spec.trace.is_none() => spec.min_warmup_ns,
-        _ => 0,
-    };
-    let mut trace = spec.trace.clone().unwrap_or_default();
-    for m in &trace {
-        assert!(
-            m.src < n && m.dst < n && m.src != m.dst,
-            "bad trace message {m:?}"
-        );
-        assert!(
-            m.size <= spec.workload.max_len(),
-            "trace message longer than the workload's maximum"
-        );
-    }
-    trace.sort_by_key(|m| m.at);
-    let mut trace_pos = 0usize;
+/// When the measurement window opens and closes, resolved from the spec.
+struct Schedule {
+    /// Unmeasured messages generated before the window opens.
+    warm_msgs: u64,
+    /// Measured messages to generate (or the trace's length).
+    target_msgs: u64,
+    /// With a duration: when generation of measured messages stops.
+    gen_end_time: Time,
+    /// The window opens no earlier than this.
+    warm_time: Time,
+}
 
-    let mut ahead = Ahead::new(per_round);
-    if spec.trace.is_none() {
-        for _ in 0..AHEAD_ROUNDS {
-            ahead.draw(spec, n, &mut rng, mean_gap_ns);
-        }
-    }
-    // Time after which the run stops even if measured messages are missing.
-    let mut drain_limit: Option<Time> = None;
-    let mut generated: u64 = 0;
-    let mut measured_generated: u64 = 0;
-    let mut gen_stopped_at: Option<Time> = None;
-    let mut window_start: Option<Time> = None;
-    let mut window: Option<(Throughput, Vec<QueueClass>)> = None;
-    let mut delivered_at_window_start = 0u64;
-    let mut last_progress_events = 0u64;
-    let mut pool_peak = 0u64;
-    let mut next_pool_sample = 0u64;
-    let mut cancels: Vec<(HostId, RpcId)> = Vec::new();
-    let mut msgs: Vec<(HostId, HostId, u32, bool)> = Vec::with_capacity(per_round);
-
-    loop {
-        // Next arrival (random or traced). Random arrivals go on, unmeasured,
-        // after the measurement window until the measured messages are in.
-        let arrival: Option<Time> = if spec.trace.is_some() {
-            trace.get(trace_pos).map(|m| m.at)
-        } else {
-            ahead.next_at()
+impl Schedule {
+    fn new(spec: &SimSpec) -> Schedule {
+        let (warm_msgs, target_msgs, gen_end_time) = match (&spec.trace, spec.stop) {
+            (Some(tr), _) => (0u64, tr.len() as u64, Time::MAX),
+            (None, Stop::Messages(m)) => {
+                let w = (m as f64 * spec.warmup / (1.0 - spec.warmup).max(1e-9)).round() as u64;
+                (w, m, Time::MAX)
+            }
+            (None, Stop::Duration(d)) => {
+                // The measured span keeps its share of `d` after a longer warm-up.
+                let warm = ((d as f64 * spec.warmup) as Time).max(spec.min_warmup_ns);
+                (0, u64::MAX, warm + (d as f64 * (1.0 - spec.warmup)) as Time)
+            }
         };
-        // One network event if it is due before the next arrival (an arrival
-        // goes before the events of its own instant are done: `run_until`).
-        let stepped = match arrival {
+        let warm_time = match spec.stop {
+            Stop::Duration(d) if spec.trace.is_none() => {
+                ((d as f64 * spec.warmup) as Time).max(spec.min_warmup_ns)
+            }
+            _ if spec.trace.is_none() => spec.min_warmup_ns,
+            _ => 0,
+        };
+        Schedule {
+            warm_msgs,
+            target_msgs,
+            gen_end_time,
+            warm_time,
+        }
+    }
+}
+
+/// One run in progress: the network with its engines, the arrival process,
+/// and the run loop's bookkeeping. [`run`] calls its phases in order:
+/// [`Run::new`] (set-up), [`Run::run_loop`] (network events and arrivals
+/// until every measured message is in or the drain limit passes) and
+/// [`Run::report`].
+struct Run<'s> {
+    spec: &'s SimSpec,
+    topology: Topology,
+    n: usize,
+    config: Config,
+    plan: PriorityPlan,
+    shared: Rc<RefCell<Shared>>,
+    net: EngineNet<SimApp>,
+    zeros: &'static [u8],
+    rng: ChaCha8Rng,
+    mean_wire: f64,
+    arrivals_per_second: f64,
+    mean_gap_ns: f64,
+    schedule: Schedule,
+    /// The trace's messages in time order, and the next one's index.
+    trace: Vec<TraceMsg>,
+    trace_pos: usize,
+    /// Random arrivals drawn ahead (see [`Ahead`]).
+    ahead: Ahead,
+    /// Time after which the run stops even if measured messages are missing.
+    drain_limit: Option<Time>,
+    generated: u64,
+    measured_generated: u64,
+    gen_stopped_at: Option<Time>,
+    window_start: Option<Time>,
+    /// Throughput and queues at the end of the measurement window.
+    window: Option<(Throughput, Vec<QueueClass>)>,
+    delivered_at_window_start: u64,
+    last_progress_events: u64,
+    pool_peak: u64,
+    next_pool_sample: u64,
+    /// Scratch: client RPCs to cancel, messages of one arrival.
+    cancels: Vec<(HostId, RpcId)>,
+    msgs: Vec<(HostId, HostId, u32, bool)>,
+}
+
+impl<'s> Run<'s> {
+    /// Set-up: engines on every host, the arrival process, the schedule.
+    fn new(spec: &'s SimSpec) -> Run<'s> {
+        let t = spec.topology;
+        let n = t.n_hosts();
+        assert!(n >= 2, "need at least two hosts");
+        let (config, plan) = spec.engine_config();
+        let fabric = t.build(spec.seed);
+        let paths = [t.path(0, 1), t.longest_path()];
+        let shared = Rc::new(RefCell::new(Shared {
+            topology: t,
+            max_packet_size: spec.max_packet_size,
+            outstanding: (0..n).map(|_| HashMap::default()).collect(),
+            completions: Vec::new(),
+            cancels: Vec::new(),
+            best: HashMap::default(),
+            delivered_bytes: 0,
+            server_rpcs_abandoned: 0,
+            measured_done: 0,
+            unexpected_events: 0,
+            paths,
+        }));
+        let seed = spec.seed;
+        let net = EngineNet::new(
+            fabric,
+            |h| {
+                config
+                    .clone()
+                    .with_rpc_id_seed(mix(seed ^ mix(h as u64 + 1)))
+            },
+            |_| SimApp {
+                shared: shared.clone(),
+            },
+        )
+        .expect("engine configuration is valid");
+        let zeros = static_zeros(spec.workload.max_len() as usize);
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x5EED_A551));
+
+        // Arrival process.
+        let rate_bytes = spec.load * t.host_link_bps as f64 / 8.0; // per host, bytes/s
+        let mean_wire = spec.mean_wire_bytes();
+        let (arrivals_per_second, per_round) = match spec.pattern {
+            Pattern::Uniform => (n as f64 * rate_bytes / mean_wire, 1usize),
+            Pattern::Incast { senders } => (
+                rate_bytes / (senders as f64 * mean_wire),
+                senders.min(n - 1),
+            ),
+        };
+        let mean_gap_ns = 1e9 / arrivals_per_second.max(1e-300);
+        let schedule = Schedule::new(spec);
+        let mut trace = spec.trace.clone().unwrap_or_default();
+        for m in &trace {
+            assert!(
+                m.src < n && m.dst < n && m.src != m.dst,
+                "bad trace message {m:?}"
+            );
+            assert!(
+                m.size <= spec.workload.max_len(),
+                "trace message longer than the workload's maximum"
+            );
+        }
+        trace.sort_by_key(|m| m.at);
+
+        let mut ahead = Ahead::new(per_round);
+        if spec.trace.is_none() {
+            for _ in 0..AHEAD_ROUNDS {
+                ahead.draw(spec, n, &mut rng, mean_gap_ns);
+            }
+        }
+        Run {
+            spec,
+            topology: t,
+            n,
+            config,
+            plan,
+            shared,
+            net,
+            zeros,
+            rng,
+            mean_wire,
+            arrivals_per_second,
+            mean_gap_ns,
+            schedule,
+            trace,
+            trace_pos: 0,
+            ahead,
+            drain_limit: None,
+            generated: 0,
+            measured_generated: 0,
+            gen_stopped_at: None,
+            window_start: None,
+            window: None,
+            delivered_at_window_start: 0,
+            last_progress_events: 0,
+            pool_peak: 0,
+            next_pool_sample: 0,
+            cancels: Vec::new(),
+            msgs: Vec::with_capacity(per_round),
+        }
+    }
+
+    /// Network events and arrivals, in time order, until the run is over.
+    fn run_loop(&mut self, progress: &mut Option<&mut dyn FnMut(Progress)>) {
+        loop {
+            // Next arrival (random or traced). Random arrivals go on, unmeasured,
+            // after the measurement window until the measured messages are in.
+            let arrival = self.next_arrival();
+            let stepped = self.step_network(arrival, progress.is_some());
+            if let (false, Some(at)) = (stepped, arrival) {
+                self.arrive(at);
+            }
+            self.cancel_delivered();
+            if self.is_over(arrival, stepped) {
+                break;
+            }
+            self.sample(progress);
+        }
+    }
+
+    /// When the next message arrives (`None`: no more arrivals).
+    #[inline]
+    fn next_arrival(&self) -> Option<Time> {
+        if self.spec.trace.is_some() {
+            self.trace.get(self.trace_pos).map(|m| m.at)
+        } else {
+            self.ahead.next_at()
+        }
+    }
+
+    /// Processes network events due before the next arrival (an arrival goes
+    /// before the events of its own instant are done: `run_until`); returns
+    /// whether there was one.
+    #[inline]
+    fn step_network(&mut self, arrival: Option<Time>, reporting: bool) -> bool {
+        let net = &mut self.net;
+        match arrival {
             Some(0) => false,
             Some(a) => {
                 let stepped = net.step_until(a - 1);
@@ -591,12 +714,12 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
                 // cancels or counts toward the end), no drain limit passed,
                 // no pool sample or progress report due.
                 if stepped {
-                    let drain = drain_limit.unwrap_or(Time::MAX);
-                    let mut next_check = next_pool_sample;
-                    if progress.is_some() {
-                        next_check = next_check.min(last_progress_events + (1 << 16));
+                    let drain = self.drain_limit.unwrap_or(Time::MAX);
+                    let mut next_check = self.next_pool_sample;
+                    if reporting {
+                        next_check = next_check.min(self.last_progress_events + (1 << 16));
                     }
-                    while shared.borrow().cancels.is_empty()
+                    while self.shared.borrow().cancels.is_empty()
                         && net.now() <= drain
                         && net.fabric().events_processed() < next_check
                         && net.step_until(a - 1)
@@ -605,272 +728,323 @@ pub fn run(spec: &SimSpec, mut progress: Option<&mut dyn FnMut(Progress)>) -> Re
                 stepped
             }
             None => net.step(),
-        };
-        if let (false, Some(at)) = (stepped, arrival) {
-            net.run_until(at);
-            msgs.clear();
-            if spec.trace.is_some() {
-                let m = trace[trace_pos];
-                trace_pos += 1;
-                msgs.push((m.src, m.dst, m.size, true));
-            } else {
-                if measured_generated == 0
-                    && generated >= warm_msgs
-                    && at >= warm_time
-                    && window_start.is_none()
-                {
-                    window_start = Some(at);
-                    net.fabric_mut().reset_stats();
-                    delivered_at_window_start = shared.borrow().delivered_bytes;
-                }
-                let measured = window_start.is_some() && gen_stopped_at.is_none();
-                for &(src, dst, size) in ahead.take_round() {
-                    msgs.push((src, dst, size, measured));
-                }
-                // Keep `AHEAD_ROUNDS` rounds drawn beyond this one: the
-                // newest one's senders start loading their destinations'
-                // index slots, the next one's (whose index slots were
-                // loaded a round ago) the peer entries and RPC slots.
-                ahead.draw(spec, n, &mut rng, mean_gap_ns);
-                for &(src, dst, _) in ahead.round(AHEAD_ROUNDS - 1) {
-                    if let Some(ep) = net.try_endpoint(src) {
-                        ep.prefetch_dest(net.addr(dst));
-                    }
-                }
-                for &(src, dst, _) in ahead.round(0) {
-                    if let Some(ep) = net.try_endpoint(src) {
-                        ep.prefetch_send(net.addr(dst));
-                    }
-                }
-            }
-            for &(src, dst, size, measured) in &msgs {
-                let payload = Bytes::from_static(&zeros[..size as usize]);
-                let id = net
-                    .send_request(src, dst, payload)
-                    .expect("the engine accepts every generated message");
-                shared.borrow_mut().outstanding[src].insert(
-                    id.0,
-                    Pending {
-                        start: at,
-                        size,
-                        measured,
-                    },
-                );
-                generated += 1;
-                if measured {
-                    measured_generated += 1;
-                }
-            }
-            if spec.trace.is_none() && gen_stopped_at.is_none() {
-                let window_over = match spec.stop {
-                    Stop::Messages(_) => measured_generated >= target_msgs,
-                    Stop::Duration(_) => at >= gen_end_time,
-                };
-                if window_over {
-                    if let Some(ws) = window_start {
-                        let delivered = shared.borrow().delivered_bytes - delivered_at_window_start;
-                        window = Some(snapshot(&net, &t, at - ws, delivered));
-                    }
-                    gen_stopped_at = Some(at);
-                }
-            }
         }
-        // Cancel the client side of delivered requests at once.
-        if !shared.borrow().cancels.is_empty() {
-            std::mem::swap(&mut shared.borrow_mut().cancels, &mut cancels);
-            for &(h, id) in &cancels {
-                net.with_host(h, |_, ctx| ctx.cancel(id));
-            }
-            cancels.clear();
-        }
-        // Termination.
-        let done = shared.borrow().measured_done;
-        let measured_total = if spec.trace.is_some() {
-            target_msgs
+    }
+
+    /// The arrival at `at`: opens the measurement window when due, hands
+    /// the round's messages to their senders' engines, closes the window
+    /// when it is over.
+    fn arrive(&mut self, at: Time) {
+        self.net.run_until(at);
+        self.msgs.clear();
+        if self.spec.trace.is_some() {
+            let m = self.trace[self.trace_pos];
+            self.trace_pos += 1;
+            self.msgs.push((m.src, m.dst, m.size, true));
         } else {
-            measured_generated
+            self.open_window_if_due(at);
+            self.take_random_round();
+        }
+        self.send_round(at);
+        if self.spec.trace.is_none() && self.gen_stopped_at.is_none() {
+            self.close_window_if_over(at);
+        }
+    }
+
+    fn open_window_if_due(&mut self, at: Time) {
+        if self.measured_generated == 0
+            && self.generated >= self.schedule.warm_msgs
+            && at >= self.schedule.warm_time
+            && self.window_start.is_none()
+        {
+            self.window_start = Some(at);
+            self.net.fabric_mut().reset_stats();
+            self.delivered_at_window_start = self.shared.borrow().delivered_bytes;
+        }
+    }
+
+    /// Moves the next round of random arrivals into `msgs` and draws one
+    /// more round ahead.
+    fn take_random_round(&mut self) {
+        let measured = self.window_start.is_some() && self.gen_stopped_at.is_none();
+        for &(src, dst, size) in self.ahead.take_round() {
+            self.msgs.push((src, dst, size, measured));
+        }
+        // Keep `AHEAD_ROUNDS` rounds drawn beyond this one: the
+        // newest one's senders start loading their destinations'
+        // index slots, the next one's (whose index slots were
+        // loaded a round ago) the peer entries and RPC slots.
+        self.ahead
+            .draw(self.spec, self.n, &mut self.rng, self.mean_gap_ns);
+        let net = &mut self.net;
+        for &(src, dst, _) in self.ahead.round(AHEAD_ROUNDS - 1) {
+            if let Some(ep) = net.try_endpoint(src) {
+                ep.prefetch_dest(net.addr(dst));
+            }
+        }
+        for &(src, dst, _) in self.ahead.round(0) {
+            if let Some(ep) = net.try_endpoint(src) {
+                ep.prefetch_send(net.addr(dst));
+            }
+        }
+    }
+
+    /// Hands the messages in `msgs` to their senders' engines.
+    fn send_round(&mut self, at: Time) {
+        for &(src, dst, size, measured) in &self.msgs {
+            let payload = Bytes::from_static(&self.zeros[..size as usize]);
+            let id = self
+                .net
+                .send_request(src, dst, payload)
+                .expect("the engine accepts every generated message");
+            self.shared.borrow_mut().outstanding[src].insert(
+                id.0,
+                Pending {
+                    start: at,
+                    size,
+                    measured,
+                },
+            );
+            self.generated += 1;
+            if measured {
+                self.measured_generated += 1;
+            }
+        }
+    }
+
+    fn close_window_if_over(&mut self, at: Time) {
+        let window_over = match self.spec.stop {
+            Stop::Messages(_) => self.measured_generated >= self.schedule.target_msgs,
+            Stop::Duration(_) => at >= self.schedule.gen_end_time,
         };
-        let all_generated = match (&spec.trace, gen_stopped_at) {
-            (Some(_), _) => trace_pos >= trace.len(),
+        if window_over {
+            if let Some(ws) = self.window_start {
+                let delivered =
+                    self.shared.borrow().delivered_bytes - self.delivered_at_window_start;
+                self.window = Some(snapshot(&self.net, &self.topology, at - ws, delivered));
+            }
+            self.gen_stopped_at = Some(at);
+        }
+    }
+
+    /// Cancels the client side of delivered requests at once.
+    fn cancel_delivered(&mut self) {
+        if !self.shared.borrow().cancels.is_empty() {
+            std::mem::swap(&mut self.shared.borrow_mut().cancels, &mut self.cancels);
+            for &(h, id) in &self.cancels {
+                self.net.with_host(h, |_, ctx| ctx.cancel(id));
+            }
+            self.cancels.clear();
+        }
+    }
+
+    /// Measured messages in all (generated so far, or the trace's).
+    fn measured_total(&self) -> u64 {
+        if self.spec.trace.is_some() {
+            self.schedule.target_msgs
+        } else {
+            self.measured_generated
+        }
+    }
+
+    /// Termination: every measured message is in, the drain limit has
+    /// passed, or nothing is left to happen. Sets the drain limit once
+    /// generation is over.
+    fn is_over(&mut self, arrival: Option<Time>, stepped: bool) -> bool {
+        let done = self.shared.borrow().measured_done;
+        let all_generated = match (&self.spec.trace, self.gen_stopped_at) {
+            (Some(_), _) => self.trace_pos >= self.trace.len(),
             (None, Some(_)) => true,
             _ => false,
         };
-        if all_generated && done >= measured_total {
-            break;
+        if all_generated && done >= self.measured_total() {
+            return true;
         }
-        if drain_limit.is_none() {
-            let stop_at = match &spec.trace {
-                Some(_) if all_generated => trace.last().map(|m| m.at),
-                _ => gen_stopped_at,
+        if self.drain_limit.is_none() {
+            let stop_at = match &self.spec.trace {
+                Some(_) if all_generated => self.trace.last().map(|m| m.at),
+                _ => self.gen_stopped_at,
             };
-            drain_limit = stop_at.map(|stop_at| {
+            let (window_start, drain_factor) = (self.window_start, self.spec.drain_factor);
+            self.drain_limit = stop_at.map(|stop_at| {
                 let span = stop_at.saturating_sub(window_start.unwrap_or(0));
-                stop_at + ((span as f64 * spec.drain_factor) as Time).max(10_000_000)
+                stop_at + ((span as f64 * drain_factor) as Time).max(10_000_000)
             });
         }
-        if drain_limit.is_some_and(|limit| net.now() > limit) {
-            break;
+        if self.drain_limit.is_some_and(|limit| self.net.now() > limit) {
+            return true;
         }
-        if arrival.is_none() && !stepped {
-            break; // nothing left to happen (trace done but something undelivered)
-        }
-        if net.fabric().events_processed() >= next_pool_sample {
-            next_pool_sample = net.fabric().events_processed() + (1 << 20);
-            pool_peak = pool_peak.max(pool_reserved(&net));
+        // Nothing left to happen (trace done but something undelivered).
+        arrival.is_none() && !stepped
+    }
+
+    /// Samples the pools' peak and reports progress when due.
+    fn sample(&mut self, progress: &mut Option<&mut dyn FnMut(Progress)>) {
+        if self.net.fabric().events_processed() >= self.next_pool_sample {
+            self.next_pool_sample = self.net.fabric().events_processed() + (1 << 20);
+            self.pool_peak = self.pool_peak.max(pool_reserved(&self.net));
         }
         if let Some(p) = progress.as_deref_mut() {
-            let ev = net.fabric().events_processed();
-            if ev - last_progress_events >= 1 << 16 {
-                last_progress_events = ev;
-                let target = if spec.trace.is_some() || matches!(spec.stop, Stop::Messages(_)) {
-                    target_msgs
-                } else {
-                    measured_generated.max(1)
-                };
+            let ev = self.net.fabric().events_processed();
+            if ev - self.last_progress_events >= 1 << 16 {
+                self.last_progress_events = ev;
+                let target =
+                    if self.spec.trace.is_some() || matches!(self.spec.stop, Stop::Messages(_)) {
+                        self.schedule.target_msgs
+                    } else {
+                        self.measured_generated.max(1)
+                    };
                 p(Progress {
-                    delivered: done,
+                    delivered: self.shared.borrow().measured_done,
                     target,
-                    now: net.now(),
+                    now: self.net.now(),
                 });
             }
         }
     }
-    let wall_seconds = wall.elapsed().as_secs_f64();
-    let cpu_seconds = thread_cpu_seconds() - cpu0;
-    pool_peak = pool_peak.max(pool_reserved(&net));
-    let now = net.now();
-    let (throughput, queues) = window.unwrap_or_else(|| {
-        let ws = window_start.unwrap_or(0);
-        let delivered = shared.borrow().delivered_bytes - delivered_at_window_start;
-        snapshot(&net, &t, now - ws, delivered)
-    });
-    let sh = shared.borrow();
-    let measured_total = if spec.trace.is_some() {
-        target_msgs
-    } else {
-        measured_generated
-    };
-    let table = SlowdownTable::new(&sh.completions);
-    let mut engine: BTreeMap<String, u64> = BTreeMap::new();
-    for h in 0..n {
-        if let Some(ep) = net.try_endpoint(h) {
-            for (k, v) in ep.metrics().iter() {
-                *engine.entry(k).or_default() += v;
+
+    /// The report of a finished run.
+    fn report(
+        mut self,
+        progress: Option<&mut dyn FnMut(Progress)>,
+        wall_seconds: f64,
+        cpu_seconds: f64,
+    ) -> Report {
+        let spec = self.spec;
+        let (t, n) = (self.topology, self.n);
+        let net = &self.net;
+        let pool_peak = self.pool_peak.max(pool_reserved(net));
+        let now = net.now();
+        let (throughput, queues) = self.window.take().unwrap_or_else(|| {
+            let ws = self.window_start.unwrap_or(0);
+            let delivered = self.shared.borrow().delivered_bytes - self.delivered_at_window_start;
+            snapshot(net, &t, now - ws, delivered)
+        });
+        let measured_total = self.measured_total();
+        let sh = self.shared.borrow();
+        let table = SlowdownTable::new(&sh.completions);
+        let mut engine: BTreeMap<String, u64> = BTreeMap::new();
+        for h in 0..n {
+            if let Some(ep) = net.try_endpoint(h) {
+                for (k, v) in ep.metrics().iter() {
+                    *engine.entry(k).or_default() += v;
+                }
             }
         }
-    }
-    // RPCs still alive at the end (a delivered message leaves none behind).
-    let (mut live_client, mut live_server) = (0u64, 0u64);
-    for h in 0..n {
-        if let Some(ep) = net.try_endpoint(h) {
-            let st = ep.stats();
-            live_client += st.client_rpcs as u64;
-            live_server += st.server_rpcs as u64;
+        // RPCs still alive at the end (a delivered message leaves none behind).
+        let (mut live_client, mut live_server) = (0u64, 0u64);
+        for h in 0..n {
+            if let Some(ep) = net.try_endpoint(h) {
+                let st = ep.stats();
+                live_client += st.client_rpcs as u64;
+                live_server += st.server_rpcs as u64;
+            }
         }
-    }
-    let ns = *net.fabric().stats();
-    let ds = *net.driver_stats();
-    let mut network = BTreeMap::new();
-    for (k, v) in [
-        ("injected", ns.injected),
-        ("delivered", ns.delivered),
-        ("buffer_drops", ns.buffer_drops),
-        ("no_route", ns.no_route),
-        ("misrouted", ns.misrouted),
-        ("driver_datagrams_in", ds.datagrams_in),
-        ("driver_datagrams_out", ds.datagrams_out),
-        ("driver_timeouts", ds.timeouts),
-        ("driver_idle_timer_events", ds.idle_timer_events),
-        ("driver_timer_spins", ds.timer_spins),
-        ("driver_app_events", ds.app_events),
-        ("unexpected_app_events", sh.unexpected_events),
-        ("sim_server_rpcs_abandoned", sh.server_rpcs_abandoned),
-        ("live_client_rpcs_at_end", live_client),
-        ("live_server_rpcs_at_end", live_server),
-    ] {
-        network.insert(k.to_string(), v);
-    }
-    let events = net.fabric().events_processed();
-    if let Some(p) = progress {
-        p(Progress {
-            delivered: sh.measured_done,
-            target: measured_total,
-            now,
-        });
-    }
-    let params = Params {
-        topology: t.name(),
-        topology_detail: t,
-        hosts: n,
-        workload: spec.workload.name.clone(),
-        workload_cap: spec.workload.cap,
-        workload_mean_bytes: spec.workload.mean(),
-        mean_wire_bytes: mean_wire,
-        load: spec.load,
-        load_basis: "wire bytes of DATA packets (payload + 56 B Homa header + framing) / host link rate",
-        pattern: spec.pattern,
-        variant: spec.variant,
-        variant_label: spec.label(),
-        stop: spec.stop,
-        warmup: spec.warmup,
-        min_warmup_ns: spec.min_warmup_ns,
-        seed: spec.seed,
-        arrivals_per_second,
-        priority_plan_text: plan.describe(),
-        priority_plan: plan,
-        overcommit: config.max_overcommit,
-        rtt_ns: config.rtt_ns,
-        rtt_bytes: config.rtt_bytes(),
-        grant_window: config.effective_grant_window(),
-        engine_link_bps: config.link_bps,
-        max_packet_size: config.max_packet_size,
-        pool_bytes: config.pool_bytes,
-        drain_factor: spec.drain_factor,
-        measurement: "one-way: request handed to the sender's engine -> Event::Request at the receiver; slowdown = latency / analytic idle-network latency for the same size and path",
-        engine_config: format!("{config:?}"),
-    };
-    Report {
-        workload: spec.workload.name.clone(),
-        load: spec.load,
-        variant: spec.label(),
-        messages: sh.completions.len(),
-        unfinished: (measured_total - sh.measured_done) as usize,
-        unfinished_examples: {
-            let mut v: Vec<(u32, Time)> = sh
-                .outstanding
-                .iter()
-                .flat_map(|m| m.values())
-                .filter(|p| p.measured)
-                .map(|p| (p.size, now - p.start))
-                .collect();
-            v.sort();
-            v.truncate(20);
-            v
-        },
-        deciles: table.deciles(),
-        top1pct: if table.is_empty() {
-            table.overall()
-        } else {
-            table.top_percent()
-        },
-        overall: table.overall(),
-        d1_same_switch: d1_by_path(&sh.completions, &table, false),
-        d1_through_core: d1_by_path(&sh.completions, &table, true),
-        events_per_second: events as f64 / wall_seconds.max(1e-9),
-        events_per_cpu_second: events as f64 / cpu_seconds.max(1e-9),
-        cpu_seconds,
-        max_rss_bytes: max_rss_bytes(),
-        pool_reserved_peak_bytes: pool_peak,
-        events,
-        wall_seconds,
-        simulated_ns: now,
-        messages_generated: generated,
-        throughput,
-        queues,
-        engine,
-        network,
-        params,
-        completions: sh.completions.clone(),
+        let ns = *net.fabric().stats();
+        let ds = *net.driver_stats();
+        let mut network = BTreeMap::new();
+        for (k, v) in [
+            ("injected", ns.injected),
+            ("delivered", ns.delivered),
+            ("buffer_drops", ns.buffer_drops),
+            ("no_route", ns.no_route),
+            ("misrouted", ns.misrouted),
+            ("driver_datagrams_in", ds.datagrams_in),
+            ("driver_datagrams_out", ds.datagrams_out),
+            ("driver_timeouts", ds.timeouts),
+            ("driver_idle_timer_events", ds.idle_timer_events),
+            ("driver_timer_spins", ds.timer_spins),
+            ("driver_app_events", ds.app_events),
+            ("unexpected_app_events", sh.unexpected_events),
+            ("sim_server_rpcs_abandoned", sh.server_rpcs_abandoned),
+            ("live_client_rpcs_at_end", live_client),
+            ("live_server_rpcs_at_end", live_server),
+        ] {
+            network.insert(k.to_string(), v);
+        }
+        let events = net.fabric().events_processed();
+        if let Some(p) = progress {
+            p(Progress {
+                delivered: sh.measured_done,
+                target: measured_total,
+                now,
+            });
+        }
+        let config = &self.config;
+        let params = Params {
+            topology: t.name(),
+            topology_detail: t,
+            hosts: n,
+            workload: spec.workload.name.clone(),
+            workload_cap: spec.workload.cap,
+            workload_mean_bytes: spec.workload.mean(),
+            mean_wire_bytes: self.mean_wire,
+            load: spec.load,
+            load_basis: "wire bytes of DATA packets (payload + 56 B Homa header + framing) / host link rate",
+            pattern: spec.pattern,
+            variant: spec.variant,
+            variant_label: spec.label(),
+            stop: spec.stop,
+            warmup: spec.warmup,
+            min_warmup_ns: spec.min_warmup_ns,
+            seed: spec.seed,
+            arrivals_per_second: self.arrivals_per_second,
+            priority_plan_text: self.plan.describe(),
+            priority_plan: self.plan.clone(),
+            overcommit: config.max_overcommit,
+            rtt_ns: config.rtt_ns,
+            rtt_bytes: config.rtt_bytes(),
+            grant_window: config.effective_grant_window(),
+            engine_link_bps: config.link_bps,
+            max_packet_size: config.max_packet_size,
+            pool_bytes: config.pool_bytes,
+            drain_factor: spec.drain_factor,
+            measurement: "one-way: request handed to the sender's engine -> Event::Request at the receiver; slowdown = latency / analytic idle-network latency for the same size and path",
+            engine_config: format!("{config:?}"),
+        };
+        Report {
+            workload: spec.workload.name.clone(),
+            load: spec.load,
+            variant: spec.label(),
+            messages: sh.completions.len(),
+            unfinished: (measured_total - sh.measured_done) as usize,
+            unfinished_examples: {
+                let mut v: Vec<(u32, Time)> = sh
+                    .outstanding
+                    .iter()
+                    .flat_map(|m| m.values())
+                    .filter(|p| p.measured)
+                    .map(|p| (p.size, now - p.start))
+                    .collect();
+                v.sort();
+                v.truncate(20);
+                v
+            },
+            deciles: table.deciles(),
+            top1pct: if table.is_empty() {
+                table.overall()
+            } else {
+                table.top_percent()
+            },
+            overall: table.overall(),
+            d1_same_switch: d1_by_path(&sh.completions, &table, false),
+            d1_through_core: d1_by_path(&sh.completions, &table, true),
+            events_per_second: events as f64 / wall_seconds.max(1e-9),
+            events_per_cpu_second: events as f64 / cpu_seconds.max(1e-9),
+            cpu_seconds,
+            max_rss_bytes: max_rss_bytes(),
+            pool_reserved_peak_bytes: pool_peak,
+            events,
+            wall_seconds,
+            simulated_ns: now,
+            messages_generated: self.generated,
+            throughput,
+            queues,
+            engine,
+            network,
+            params,
+            completions: sh.completions.clone(),
+        }
     }
 }
 

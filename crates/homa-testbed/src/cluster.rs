@@ -19,7 +19,7 @@ use homa_bench::node::{
     run_client, start_server, ClientResult, ClientSpec, ServerHandle, ServerSpec, Transport,
 };
 use homa_bench::payload::Payloads;
-use homa_sim::priorities::PriorityPlan;
+use homa_proto::priorities::PriorityPlan;
 use homa_workload::stats::{Completion, SlowdownTable};
 use homa_workload::workload::Workload;
 use std::net::{IpAddr, SocketAddr};
@@ -64,7 +64,7 @@ pub struct ClusterConfig {
     /// [`homa_config`]).
     pub homa_gso: bool,
     /// Last word on the Homa engine's parameters (e.g. the CLI's `--set`),
-    /// applied before the priority plan is computed.
+    /// applied after the engine derived them.
     pub adjust_engine: Option<EngineHook>,
 }
 
@@ -156,8 +156,10 @@ fn base_port(t: Transport) -> u16 {
     }
 }
 
-/// The Homa endpoint configuration for this testbed: the link rate, the
-/// RTT, the workload's unscheduled priority plan, the largest message.
+/// The Homa endpoint configuration for this testbed: the runtime's defaults
+/// with the engine's parameters derived (`Config::apply_network`) from the
+/// link rate, the RTT, the workload and the NIC queue a user-space thread
+/// needs; then the CLI's `--set` overrides.
 pub fn homa_config(cfg: &ClusterConfig, rtt_ns: u64) -> (homa::EndpointConfig, PriorityPlan) {
     let mut c = homa::Endpoint::builder()
         .poll(Duration::from_micros(cfg.poll_us))
@@ -166,37 +168,37 @@ pub fn homa_config(cfg: &ClusterConfig, rtt_ns: u64) -> (homa::EndpointConfig, P
         // packet is queued on its own, as on a real NIC.
         .gso(cfg.homa_gso)
         .build();
-    // The engine counts UDP payload bytes; the shaper counts frames (42
-    // more bytes: UDP, IP, Ethernet). Pacing to the payload share of a
-    // full frame keeps the emulated NIC's queue from growing.
-    c.engine.link_bps = (cfg.rate_bps() as f64 * PAYLOAD_SHARE) as u64;
-    c.engine.rtt_ns = rtt_ns.max(1_000);
-    c.engine.max_message_length = cfg.workload.max_len().max(c.engine.max_message_length);
-    // Silence before asking for a resend: the default (1 ms) suits 25 Gbit/s;
-    // on a slow link a granted packet can legitimately wait longer than that
-    // behind higher-priority traffic, and spurious resends waste the link.
-    // 100 full packets' wire time (12 ms at 100 Mbit/s), at least 1 ms.
-    let resend = 100 * c.engine.wire_time_ns(c.engine.max_packet_size);
-    c.engine.resend_interval_ns = c.engine.resend_interval_ns.max(resend);
-    // The pacer keeps at most this much in the NIC queue. One packet (the
-    // engine's default) needs a wake-up every packet time (121 µs at
-    // 100 Mbit/s) to keep the link busy; a user-space thread on a shared
-    // machine misses those by tens of µs, and Homa then cannot carry 80%
-    // load (measured: ~60%). Two packets absorb the jitter; the NIC queue
-    // has priority classes, so it does not delay short messages' packets.
-    c.engine.max_nic_queue_ns = Some(2 * c.engine.wire_time_ns(c.engine.max_packet_size));
-    // Likewise the silence after which an RPC is abandoned (2 s suits
-    // 25 Gbit/s): under SRPT at high load the largest messages legitimately
-    // wait for many of their own wire times. 100 wire times of the largest
-    // message (8 s for 1 MB at 100 Mbit/s), at least the default.
-    let longest = 100 * c.engine.wire_time_ns(c.engine.max_message_length as usize);
-    c.engine.rpc_timeout_ns = c.engine.rpc_timeout_ns.max(longest);
+    let mut network = homa::NetworkProfile {
+        // The engine counts UDP payload bytes; the shaper counts frames (42
+        // more bytes: UDP, IP, Ethernet). Pacing to the payload share of a
+        // full frame keeps the emulated NIC's queue from growing.
+        link_bps: (cfg.rate_bps() as f64 * PAYLOAD_SHARE) as u64,
+        rtt_ns: rtt_ns.max(1_000),
+        max_message_length: cfg.workload.max_len().max(c.engine.max_message_length),
+        message_sizes: Some(cfg.workload.message_sizes()),
+        // A user-space thread on a shared machine misses packet-time
+        // wake-ups by tens of µs; with one packet of NIC queue Homa then
+        // cannot carry 80% load (measured: ~60%). Two packets absorb the
+        // jitter; the NIC queue has priority classes, so it does not delay
+        // short messages' packets.
+        nic_queue_packets: 2,
+        ..homa::NetworkProfile::default()
+    };
+    c.engine.apply_network(&network);
     if let Some(f) = &cfg.adjust_engine {
         f(&mut c.engine);
+        // An override of the RTT or link rate is a fact about the network:
+        // derive again from it, with the other overrides on top.
+        if (c.engine.rtt_ns, c.engine.link_bps) != (network.rtt_ns, network.link_bps) {
+            network.rtt_ns = c.engine.rtt_ns;
+            network.link_bps = c.engine.link_bps;
+            c.engine.apply_network(&network);
+            f(&mut c.engine);
+        }
     }
-    let unsched = c.engine.rtt_bytes();
-    let plan = PriorityPlan::compute(&cfg.workload, unsched, 8);
-    plan.apply(&mut c.engine);
+    let plan = network
+        .priority_plan()
+        .expect("the profile has message sizes");
     (c, plan)
 }
 

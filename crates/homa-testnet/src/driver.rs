@@ -20,6 +20,7 @@ use crate::faults::FaultStats;
 use crate::net::{addr_host, fnv, host_addr, mix, Fabric, HostId, Hosts, NetStats, Packet};
 use crate::sched::Time;
 use bytes::Bytes;
+use homa_proto::driver::FastPath as _;
 use homa_proto::{Config, ConfigError, Endpoint, Event, RpcError, RpcId, SendError, ServerRpc};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

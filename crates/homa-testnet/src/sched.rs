@@ -25,8 +25,8 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-/// Virtual time in nanoseconds (same unit as [`homa_proto::Time`]).
-pub type Time = u64;
+/// Virtual time: the engine's [`homa_proto::Time`] (u64 nanoseconds).
+pub use homa_proto::Time;
 
 /// One scheduled event: plain indices, no heap allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -192,6 +192,14 @@ impl Workload {
         w
     }
 
+    /// The distribution as the engine takes it (the same points and
+    /// weights), for `homa_proto::NetworkProfile::message_sizes`, from which
+    /// the engine derives its unscheduled priority plan.
+    pub fn message_sizes(&self) -> homa_proto::priorities::MessageSizes {
+        homa_proto::priorities::MessageSizes::from_weights(self.points().iter().copied())
+            .expect("a workload has points of positive weight")
+    }
+
     /// (length, probability) points in ascending length; probabilities sum to 1.
     pub fn points(&self) -> &[(u32, f64)] {
         &self.points

@@ -278,7 +278,14 @@ pub(crate) const RUNTIME_PAD_V6: homa_proto::PadWindow =
 impl Default for EndpointConfig {
     fn default() -> Self {
         EndpointConfig {
-            engine: homa_proto::Config::default()
+            // The engine derives its settings for its default network
+            // (25 Gbit/s, 20 µs, 1500-byte MTU); the windows are left to
+            // `Endpoint::new`, which derives them from the link rate, RTT
+            // and packet size the endpoint is finally given (`link_bps`, the
+            // MTU, IPv6).
+            engine: homa_proto::Config::for_network(&homa_proto::NetworkProfile::default())
+                .with_grant_window(None)
+                .with_unsched_bytes(None)
                 .with_max_nic_queue_ns(RUNTIME_NIC_QUEUE_NS)
                 // UDP's own checksum already protects every datagram on a
                 // real network (and loopback cannot corrupt); the engine's

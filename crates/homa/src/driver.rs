@@ -19,6 +19,7 @@ use crate::socket::{
 };
 use crate::timetrace;
 use crate::wait::{Slot, Waiter};
+use homa_proto::driver::FastPath as _;
 use homa_proto::{Event, Outgoing, RpcId, ServerRpc};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::*;

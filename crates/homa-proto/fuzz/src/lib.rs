@@ -3,6 +3,7 @@
 //! seed files are produced by the same code that reads them.
 
 use bytes::Bytes;
+use homa_proto::driver::FastPath as _;
 use homa_proto::wire::{
     self, Body, CommonHeader, Cutoffs, DataHeader, Decoded, Grant, Packet, Resend,
     COMMON_HEADER_LEN, MAX_ACKS_PER_PACKET, MAX_PRIORITIES,

@@ -1,0 +1,264 @@
+//! The receiver's grant budget (`docs/protocol.md` §4.3–4.4): how many
+//! scheduled bytes are granted but not yet received, the cap on them, the
+//! window each message gets, the priority of each rank, the FIFO share's
+//! credit, and whether a grant pass is owed. The SRPT order of the messages
+//! that need grants (`Endpoint::grantable`) and the pass over it
+//! (`Endpoint::update_grants`, incoming.rs) use this arithmetic.
+
+use crate::config::Config;
+use crate::fifo::FifoCredit;
+
+/// Invariants: `incoming` is the sum of `InMsg::outstanding()` over the
+/// incoming messages that have pool space (kept by the endpoint through
+/// [`Self::track`], [`Self::add`] and [`Self::remove`]); grants other than
+/// FIFO grants never take it beyond `max_incoming`; `settled` is only true
+/// while a grant pass would grant nothing.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Grants {
+    /// Sum over incoming messages of granted-but-not-received bytes.
+    incoming: u64,
+    /// Cap on `incoming` (`Config::effective_max_incoming`).
+    max_incoming: u64,
+    /// Credit towards the oldest message's next grant.
+    pub fifo: FifoCredit,
+    /// Bytes a message may have granted beyond what it has received.
+    window: u32,
+    /// Priority levels for scheduled packets (at least 1).
+    sched_levels: u8,
+    /// Inside `handle_datagrams`: grant passes wait for the last packet...
+    deferred: bool,
+    /// ...and this says one is owed.
+    dirty: bool,
+    /// A grant pass would change nothing now: the last one granted nothing,
+    /// and no incoming message, the grantable set or `incoming` changed
+    /// since. Lets `free_rpc` of an RPC without an incoming message (most
+    /// frees) skip the pass, which reads the top grantable RPCs' (cold)
+    /// slab entries.
+    settled: bool,
+}
+
+impl Grants {
+    pub fn new(config: &Config) -> Grants {
+        Grants {
+            incoming: 0,
+            max_incoming: config.effective_max_incoming(),
+            fifo: FifoCredit::default(),
+            window: config.effective_grant_window(),
+            sched_levels: config
+                .priority_levels
+                .saturating_sub(config.unsched_priorities)
+                .max(1),
+            deferred: false,
+            dirty: false,
+            settled: true,
+        }
+    }
+
+    /// Granted bytes not yet received, over all incoming messages.
+    #[inline]
+    pub fn incoming(&self) -> u64 {
+        self.incoming
+    }
+
+    /// A message's outstanding bytes went from `old` to `new`.
+    #[inline(always)]
+    pub fn track(&mut self, old: u64, new: u64) {
+        self.incoming = self.incoming - old + new;
+    }
+
+    /// A message with `outstanding` bytes joins (it got pool space).
+    #[inline]
+    pub fn add(&mut self, outstanding: u64) {
+        self.incoming += outstanding;
+    }
+
+    /// A message with `outstanding` bytes leaves (complete or dropped).
+    #[inline]
+    pub fn remove(&mut self, outstanding: u64) {
+        self.incoming -= outstanding;
+    }
+
+    /// The FIFO share's quantum: one window.
+    #[inline]
+    pub fn fifo_quantum(&self) -> u64 {
+        FifoCredit::quantum(self.window)
+    }
+
+    /// The scheduled priority of the message of SRPT rank `rank` (0: the
+    /// shortest) among `n` granted ones: the shortest gets the highest
+    /// scheduled level, and when there are fewer messages than levels they
+    /// use the lowest ones (so that a new shorter message finds a higher
+    /// level free).
+    #[inline]
+    pub fn level(&self, rank: usize, n: usize) -> u8 {
+        let s = self.sched_levels as usize;
+        (n.min(s) - 1 - rank.min(s - 1)) as u8
+    }
+
+    /// The grant offset a message should have next, or `None` if it
+    /// should get no grant now: at most a window beyond `base` (the bytes
+    /// received, or for a FIFO grant the current grant) and the message's
+    /// length `len`; not less than a full packet (`dpp`) beyond `granted`
+    /// unless that reaches the end; and, except for FIFO grants (rare, and
+    /// only to a message with nothing outstanding, or a full cap would
+    /// starve them), within the room under `max_incoming`, of which at
+    /// least a packet must be left.
+    #[inline(always)]
+    pub fn next_grant(
+        &self,
+        base: u32,
+        granted: u32,
+        len: u32,
+        dpp: u32,
+        fifo: bool,
+    ) -> Option<u32> {
+        let target = (base as u64 + self.window as u64).min(len as u64) as u32;
+        if target <= granted {
+            return None;
+        }
+        let delta = target - granted;
+        if target < len && delta < dpp {
+            return None;
+        }
+        let room = self.max_incoming.saturating_sub(self.incoming);
+        if !fifo && delta as u64 > room {
+            if room < dpp as u64 {
+                return None;
+            }
+            return Some(granted + room as u32);
+        }
+        Some(target)
+    }
+
+    /// Something a grant pass depends on changed.
+    #[inline(always)]
+    pub fn unsettle(&mut self) {
+        self.settled = false;
+    }
+
+    /// A grant pass ran; `granted` says whether it granted anything.
+    #[inline]
+    pub fn settle(&mut self, granted: bool) {
+        self.settled = !granted;
+    }
+
+    #[inline]
+    pub fn is_settled(&self) -> bool {
+        self.settled
+    }
+
+    /// Grant passes wait until [`Self::end_batch`] (a GRO batch's packets).
+    #[inline]
+    pub fn begin_batch(&mut self) {
+        self.deferred = true;
+    }
+
+    /// Ends a batch; true if a grant pass is owed.
+    #[inline]
+    pub fn end_batch(&mut self) -> bool {
+        self.deferred = false;
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// A pass is due: true if it may run now, false if it was noted for
+    /// the end of the batch.
+    #[inline(always)]
+    pub fn pass_now(&mut self) -> bool {
+        if self.deferred {
+            self.dirty = true;
+            false
+        } else {
+            true
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grants(window: u32, max_incoming: u64, levels: u8, unsched: u8) -> Grants {
+        Grants::new(&Config {
+            grant_window: Some(window),
+            max_incoming: Some(max_incoming),
+            priority_levels: levels,
+            unsched_priorities: unsched,
+            ..Config::default()
+        })
+    }
+
+    #[test]
+    fn a_grant_is_a_window_beyond_the_received_bytes_in_whole_packets() {
+        let g = grants(10_000, 1 << 30, 8, 4);
+        // 0 received: a window.
+        assert_eq!(g.next_grant(0, 1_000, 100_000, 1_000, false), Some(10_000));
+        // Less than a packet more: not yet...
+        assert_eq!(g.next_grant(500, 10_000, 100_000, 1_000, false), None);
+        // ...unless it reaches the end of the message.
+        assert_eq!(
+            g.next_grant(500, 10_000, 10_200, 1_000, false),
+            Some(10_200)
+        );
+        // Never beyond the message, never backwards.
+        assert_eq!(
+            g.next_grant(95_000, 99_000, 100_000, 1_000, false),
+            Some(100_000)
+        );
+        assert_eq!(g.next_grant(0, 100_000, 100_000, 1_000, false), None);
+    }
+
+    #[test]
+    fn the_cap_limits_scheduled_grants_but_not_fifo_ones() {
+        let mut g = grants(10_000, 15_000, 8, 4);
+        g.add(12_000);
+        assert_eq!(g.incoming(), 12_000);
+        // 3,000 of room: the grant shrinks to it.
+        assert_eq!(g.next_grant(0, 0, 100_000, 1_000, false), Some(3_000));
+        g.track(2_000, 2_500);
+        // 2,500 left: still a packet.
+        assert_eq!(g.next_grant(0, 0, 100_000, 1_000, false), Some(2_500));
+        g.add(2_000);
+        // 500 left: less than a packet, nothing.
+        assert_eq!(g.next_grant(0, 0, 100_000, 1_000, false), None);
+        // A FIFO grant ignores the cap.
+        assert_eq!(
+            g.next_grant(5_000, 5_000, 100_000, 1_000, true),
+            Some(15_000)
+        );
+        g.remove(14_500);
+        assert_eq!(g.incoming(), 0);
+    }
+
+    #[test]
+    fn shorter_messages_get_higher_scheduled_levels_from_the_bottom() {
+        // 4 scheduled levels (0..=3).
+        let g = grants(10_000, 1 << 30, 8, 4);
+        assert_eq!((0..2).map(|r| g.level(r, 2)).collect::<Vec<_>>(), [1, 0]);
+        assert_eq!(
+            (0..6).map(|r| g.level(r, 6)).collect::<Vec<_>>(),
+            [3, 2, 1, 0, 0, 0]
+        );
+        // All levels unscheduled: scheduled packets share level 0.
+        let g = grants(10_000, 1 << 30, 8, 8);
+        assert_eq!((0..3).map(|r| g.level(r, 3)).collect::<Vec<_>>(), [0, 0, 0]);
+    }
+
+    #[test]
+    fn batches_defer_passes_and_settling_is_tracked() {
+        let mut g = grants(10_000, 1 << 30, 8, 4);
+        assert!(g.is_settled());
+        g.unsettle();
+        assert!(!g.is_settled());
+        g.settle(false);
+        assert!(g.is_settled());
+        g.settle(true);
+        assert!(!g.is_settled());
+        assert!(g.pass_now());
+        g.begin_batch();
+        assert!(!g.pass_now());
+        assert!(g.end_batch(), "a pass was owed");
+        assert!(!g.end_batch(), "and only one");
+        assert!(g.pass_now());
+        assert_eq!(g.fifo_quantum(), 10_000_000);
+    }
+}

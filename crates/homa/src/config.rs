@@ -421,14 +421,17 @@ mod tests {
         assert_eq!((d.recv_batch, d.send_batch), (32, 128));
         assert_eq!(d.rpc_id_seed, None);
         assert!(d.fault.is_none());
-        // The engine part: the engine's defaults but four.
+        // The engine part: the engine's derivation for its default network
+        // (windows left to bind time), but four.
         let e = &d.engine;
         assert_eq!(e.max_nic_queue_ns, Some(20_000));
         assert!(!e.checksum);
         assert!(e.defer_acks);
         assert_eq!((e.pad_v4.from, e.pad_v4.to), (129, 198));
         assert_eq!((e.pad_v6.from, e.pad_v6.to), (129, 188));
-        let plain = homa_proto::Config::default()
+        let plain = homa_proto::Config::for_network(&homa_proto::NetworkProfile::default())
+            .with_grant_window(None)
+            .with_unsched_bytes(None)
             .with_max_nic_queue_ns(20_000)
             .with_checksum(false)
             .with_defer_acks(true)

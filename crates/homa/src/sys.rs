@@ -108,19 +108,19 @@ impl EventFd {
         };
     }
     pub(crate) fn drain(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a valid u64; EAGAIN is fine.
-        unsafe {
-            libc::read(
-                self.0.as_raw_fd(),
-                &mut v as *mut u64 as *mut libc::c_void,
-                8,
-            )
-        };
+        read_counter(self.0.as_raw_fd());
     }
     pub(crate) fn fd(&self) -> RawFd {
         self.0.as_raw_fd()
     }
+}
+
+/// Reads (and so resets) the 8-byte counter of an eventfd or timerfd; a
+/// non-blocking descriptor with nothing to read is fine.
+fn read_counter(fd: RawFd) {
+    let mut v: u64 = 0;
+    // SAFETY: reads at most 8 bytes into a valid u64; EAGAIN is fine.
+    unsafe { libc::read(fd, &mut v as *mut u64 as *mut libc::c_void, 8) };
 }
 
 /// A `timerfd` on `CLOCK_MONOTONIC`: the async driver task registers it
@@ -172,15 +172,7 @@ impl TimerFd {
     }
     /// Consumes the expiration count (non-blocking).
     pub(crate) fn drain(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads at most 8 bytes into a valid u64; EAGAIN is fine.
-        unsafe {
-            libc::read(
-                self.0.as_raw_fd(),
-                &mut v as *mut u64 as *mut libc::c_void,
-                8,
-            )
-        };
+        read_counter(self.0.as_raw_fd());
     }
     pub(crate) fn fd(&self) -> RawFd {
         self.0.as_raw_fd()

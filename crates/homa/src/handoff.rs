@@ -122,7 +122,8 @@ pub(crate) struct BgPlan {
 /// * Threads poll (or the async driver task runs): do not watch; wake only
 ///   for the backstop, `BG_BACKSTOP_NS` (100 wake-ups a second at most
 ///   while the application is busy).
-/// * Only a watcher: sleep until rung.
+/// * Only a watcher: sleep until rung (or, with a timer pending, the
+///   backstop).
 /// * Nobody drives and urgent work waits, or the application has been
 ///   away for `APP_IDLE_NS`: watch the socket and sleep until the next
 ///   timer (and, for a long message going out, no longer than its
@@ -149,12 +150,20 @@ pub(crate) fn plan_background(v: &BgView) -> BgPlan {
         };
     }
     if v.watcher {
-        // A thread asleep on the socket runs timers and packets itself and
-        // rings when it gives the role up (`Shared::release_watcher`): an
-        // idle server whose threads sleep in `recv_request` costs nothing.
+        // A thread asleep on the socket runs timers and packets itself. With
+        // no timer pending the background thread sleeps until rung (the
+        // watcher rings when it gives the role up, `Shared::release_watcher`):
+        // an idle server whose threads sleep in `recv_request` costs nothing.
+        // With one pending, the backstop, as above, so that a watcher that
+        // wakes with its result (and returns to the application) need not
+        // ring every time.
+        let wake_at = match v.next_deadline {
+            u64::MAX => u64::MAX,
+            t => t.max(v.now.saturating_add(BG_BACKSTOP_NS)),
+        };
         return BgPlan {
             watch: false,
-            wake_at: u64::MAX,
+            wake_at,
         };
     }
     if v.urgent || v.now >= v.app_idle_at {
@@ -713,18 +722,22 @@ mod tests {
 
     #[test]
     fn a_lone_watcher_lets_the_background_thread_sleep() {
-        let v = BgView {
+        let idle = BgView {
             watcher: true,
-            next_deadline: 1_000_000_100,
             ..view()
         };
         assert_eq!(
-            plan_background(&v),
+            plan_background(&idle),
             BgPlan {
                 watch: false,
                 wake_at: u64::MAX
             }
         );
+        let busy = BgView {
+            next_deadline: 1_000_000_100,
+            ..idle
+        };
+        assert_eq!(plan_background(&busy).wake_at, busy.now + BG_BACKSTOP_NS);
     }
 
     #[test]

@@ -17,11 +17,12 @@ if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     echo "miri.sh: no nightly toolchain (rustup toolchain list): Miri skipped" >&2
     exit 0
 fi
-if ! cargo +nightly miri --version >/dev/null 2>&1; then
-    if ! rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1; then
-        echo "miri.sh: could not install the nightly miri component: Miri skipped" >&2
-        exit 0
-    fi
+# Idempotent (quick when both are there); Miri's first run also needs
+# rust-src to build its sysroot.
+if ! rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1 \
+    || ! cargo +nightly miri --version >/dev/null 2>&1; then
+    echo "miri.sh: could not install nightly's miri and rust-src components: Miri skipped" >&2
+    exit 0
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/miri-target"
 cargo +nightly miri test -p homa-proto --lib -- sendbuf::

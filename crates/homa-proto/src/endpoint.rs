@@ -244,7 +244,11 @@ pub struct Endpoint {
     pub(crate) burst_key: Option<RpcKey>,
 }
 
-fn splitmix64(mut x: u64) -> u64 {
+/// SplitMix64's finalizer: a cheap, well-mixed, deterministic hash step.
+/// The one copy in the workspace: RPC id seeds here, the runtime's fresh
+/// seeds, and the test network's and simulator's seed derivation
+/// (`homa_testnet::net::mix`) all use it.
+pub fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

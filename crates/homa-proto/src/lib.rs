@@ -72,7 +72,7 @@ pub mod wire;
 
 pub use config::{Config, ConfigError, NetworkProfile, PadWindow};
 pub use endpoint::{
-    Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Transmit,
+    splitmix64, Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Transmit,
 };
 pub use metrics::{DropReason, Metrics};
 pub use outgoing::Burst;

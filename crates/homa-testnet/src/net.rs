@@ -327,13 +327,9 @@ pub struct Fabric {
 }
 
 /// SplitMix64 finalizer: a cheap, well-mixed, deterministic hash step
-/// (also the simulator's seed derivation).
-pub fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+/// (also the simulator's seed derivation): the engine's
+/// [`homa_proto::splitmix64`].
+pub use homa_proto::splitmix64 as mix;
 
 /// FNV-1a over bytes, for trace hashing.
 pub(crate) fn fnv(data: &[u8]) -> u64 {

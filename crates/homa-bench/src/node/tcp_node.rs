@@ -78,6 +78,15 @@ impl OutBuf {
 
 // ---------------------------------------------------------------- server
 
+/// Appends to a partly read frame header (`hdr`, `have` bytes so far) what
+/// `bytes` holds of it; returns how many bytes it took.
+fn fill_header(hdr: &mut [u8; HEADER], have: &mut usize, bytes: &[u8]) -> usize {
+    let k = (HEADER - *have).min(bytes.len());
+    hdr[*have..*have + k].copy_from_slice(&bytes[..k]);
+    *have += k;
+    k
+}
+
 struct SConn {
     stream: TcpStream,
     hdr: [u8; HEADER],
@@ -235,10 +244,7 @@ fn server_read(
         let mut p = 0;
         while p < n {
             if c.hdr_n < HEADER {
-                let k = (HEADER - c.hdr_n).min(n - p);
-                c.hdr[c.hdr_n..c.hdr_n + k].copy_from_slice(&scratch[p..p + k]);
-                c.hdr_n += k;
-                p += k;
+                p += fill_header(&mut c.hdr, &mut c.hdr_n, &scratch[p..n]);
                 if c.hdr_n < HEADER {
                     break;
                 }
@@ -553,10 +559,7 @@ fn client_read(
                 ));
             };
             if c.hdr_n < HEADER {
-                let k = (HEADER - c.hdr_n).min(n - p);
-                c.hdr[c.hdr_n..c.hdr_n + k].copy_from_slice(&scratch[p..p + k]);
-                c.hdr_n += k;
-                p += k;
+                p += fill_header(&mut c.hdr, &mut c.hdr_n, &scratch[p..n]);
                 if c.hdr_n < HEADER {
                     break;
                 }

@@ -116,8 +116,7 @@ impl Drop for ReactorGuard {
     fn drop(&mut self) {
         self.1.task.store(false, SeqCst);
         self.0.roles.reactor.store(false, SeqCst);
-        let now = self.0.now_ns();
-        self.0.app_leaves(now);
+        self.0.app_leaves();
     }
 }
 

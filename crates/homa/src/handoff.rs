@@ -310,7 +310,7 @@ impl Shared {
     pub(crate) fn leave_polling(&self, now: u64, found: bool) {
         self.last_app.store(now, Relaxed);
         if self.roles.pollers.leave(found) == 1 {
-            self.app_leaves(now);
+            self.app_leaves();
         }
     }
 
@@ -327,7 +327,7 @@ impl Shared {
     /// roles (see [`Self::background`]), and this reads the sleep after
     /// changing the roles, both sequentially consistent: either it sees this
     /// thread gone, or this thread sees its sleep and rings.
-    pub(crate) fn app_leaves(&self, _now: u64) {
+    pub(crate) fn app_leaves(&self) {
         if self.roles.leaver_must_ring(|| self.needs_watch_now()) {
             self.ring();
         }
@@ -350,7 +350,7 @@ impl Shared {
     /// thread takes over the socket.
     pub(crate) fn release_watcher(&self) {
         self.roles.watcher.store(false, SeqCst);
-        self.app_leaves(self.now_ns());
+        self.app_leaves();
     }
 
     /// The watcher's sleep: on the socket and its own doorbell, then drive

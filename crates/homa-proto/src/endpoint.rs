@@ -3,6 +3,7 @@
 use crate::config::{Config, ConfigError};
 use crate::fifo::FifoCredit;
 use crate::grants::Grants;
+use crate::incoming::DataPayload;
 use crate::metrics::{DropReason, Metrics};
 use crate::pacer::Pacer;
 use crate::peer::{PeerKey, Peers, ServerKey};
@@ -188,7 +189,7 @@ pub struct Endpoint {
     /// address compared) costs less than hashing the address to find it.
     /// Checked, never trusted: a stale key (peer evicted, slot reused) only
     /// fails the check.
-    last_rx_peer: Option<PeerKey>,
+    pub(crate) last_rx_peer: Option<PeerKey>,
     /// Acknowledgements piggybacked on requests, not yet applied: (client
     /// address, acknowledged id). Freeing the acknowledged RPC (slot,
     /// tables, tombstone, its response's buffer) took ~100 ns of the
@@ -640,30 +641,11 @@ impl Endpoint {
             }
         };
         crate::trace_point!("engine: decoded");
-        self.metrics.packets_received[decoded.packet.packet_type().index()] += 1;
         let c = decoded.common;
-        // The one address lookup per packet; everything after uses the key.
-        let pk = match hint {
-            // Same address as the packet before (no eviction can happen in
-            // between: only a packet from an unknown address evicts).
-            Some(k) if self.peers.is_live(k) && self.peers.info(k).addr == from => Some(k),
-            _ => self.peers.find(from),
-        };
-        if let Some(pk) = pk {
-            // Start loading the RPC's entry before the peer's line is read.
-            if c.from_client {
-                self.server_ids.prefetch(ServerKey {
-                    peer: pk,
-                    id: c.rpc_id,
-                });
-            } else if let Some(slot) = self.rpcs.get(self.client_slot(c.rpc_id)) {
-                crate::table::prefetch(slot);
-            }
-            self.peers[pk].observe(now, c.send_time, c.echo_time);
-        }
+        let pk = self.packet_peer(now, from, &c, decoded.packet.packet_type(), hint);
         match decoded.packet {
             Packet::Data { header, payload } => {
-                self.handle_data(now, from, pk, &c, &header, payload)
+                self.handle_data(now, from, pk, &c, &header, DataPayload::Bytes(payload))
             }
             Packet::Grant(g) => self.handle_grant(now, pk, &c, g),
             Packet::Resend(r) => self.handle_resend(now, from, pk, &c, r),
@@ -702,6 +684,40 @@ impl Endpoint {
                     }
                 }
             }
+        }
+        pk
+    }
+
+    /// The key of a packet's sender (the one address lookup per packet;
+    /// everything after uses the key), with the packet counted and the
+    /// peer's timestamps observed. `hint`: the sender of the packet before.
+    #[inline]
+    pub(crate) fn packet_peer(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        c: &CommonHeader,
+        ptype: wire::PacketType,
+        hint: Option<PeerKey>,
+    ) -> Option<PeerKey> {
+        self.metrics.packets_received[ptype.index()] += 1;
+        let pk = match hint {
+            // Same address as the packet before (no eviction can happen in
+            // between: only a packet from an unknown address evicts).
+            Some(k) if self.peers.is_live(k) && self.peers.info(k).addr == from => Some(k),
+            _ => self.peers.find(from),
+        };
+        if let Some(pk) = pk {
+            // Start loading the RPC's entry before the peer's line is read.
+            if c.from_client {
+                self.server_ids.prefetch(ServerKey {
+                    peer: pk,
+                    id: c.rpc_id,
+                });
+            } else if let Some(slot) = self.rpcs.get(self.client_slot(c.rpc_id)) {
+                crate::table::prefetch(slot);
+            }
+            self.peers[pk].observe(now, c.send_time, c.echo_time);
         }
         pk
     }

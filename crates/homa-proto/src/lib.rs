@@ -53,6 +53,7 @@ mod endpoint;
 mod fifo;
 mod grants;
 mod incoming;
+mod landing;
 pub mod metrics;
 mod outgoing;
 mod pacer;
@@ -74,6 +75,7 @@ pub use config::{Config, ConfigError, NetworkProfile, PadWindow};
 pub use endpoint::{
     splitmix64, Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Transmit,
 };
+pub use landing::LandingSite;
 pub use metrics::{DropReason, Metrics};
 pub use outgoing::Burst;
 pub use pool::{Message, BPAGE_SIZE};

@@ -183,6 +183,12 @@ fn ipv6_loopback_and_dual_stack() {
         return;
     };
     drop(server);
+    // By default, loopback's MTU: the largest packets the engine makes.
+    let lo6 = Endpoint::bind_with("[::1]:0", cfg()).unwrap();
+    assert_eq!(lo6.config().engine.max_packet_size, 65_000);
+    drop(lo6);
+    // At an Ethernet MTU, the families' headers differ.
+    let cfg = || builder().mtu(1500).build();
     let (server, workers) = echo_server("[::1]:0", cfg(), 1);
     let client = Endpoint::bind_with("[::1]:0", cfg()).unwrap();
     // The configuration reports the packet size in effect, not IPv4's.

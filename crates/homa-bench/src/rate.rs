@@ -1050,7 +1050,10 @@ mod tests {
             // no more than they have.
             let m = r.server_threads as f64;
             assert!(r.server_cores > 0.0 && r.server_cores <= m + 1.1, "{r:?}");
-            assert!(r.rpcs_per_server_core >= r.rpcs_per_sec / (m + 1.1), "{r:?}");
+            assert!(
+                r.rpcs_per_server_core >= r.rpcs_per_sec / (m + 1.1),
+                "{r:?}"
+            );
         }
         let v: serde_json::Value = serde_json::from_str(&crate::stats::to_json(rows)).unwrap();
         for key in [

@@ -25,6 +25,8 @@ pub(crate) const RX_BUF_SIZE: usize = 65_536;
 pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
 /// Most payload bytes in one GSO send (one IP datagram before segmentation).
 const GSO_MAX_BYTES: usize = 65_000;
+/// Initial capacity of a transmit buffer (see [`TxQueue::next_buf`]).
+const SMALL_TX_BUF: usize = 2048;
 /// Most `mmsghdr`s handed to one `sendmmsg`.
 const TX_MAX_MSGS: usize = 64;
 /// Control buffer per message: room for two int cmsgs (TOS and UDP_SEGMENT).
@@ -953,7 +955,12 @@ impl TxQueue {
     pub(crate) fn next_buf(&mut self) -> &mut Vec<u8> {
         let i = self.used_bufs;
         if i == self.bufs.len() {
-            self.bufs.push(Vec::with_capacity(self.packet_size));
+            // Room for a control packet or a short message; a buffer that
+            // ever holds a whole large packet grows once and keeps it (with
+            // 65,000-byte loopback packets, a full-size buffer for every
+            // grant would cost far more memory than it saves).
+            self.bufs
+                .push(Vec::with_capacity(self.packet_size.min(SMALL_TX_BUF)));
         }
         &mut self.bufs[i]
     }
@@ -1258,10 +1265,18 @@ impl TxQueue {
         // sit in place in a send buffer are sent from there (consecutive runs
         // of one buffer are adjacent in memory and merge), the others are
         // gathered, headers and payload back to back, into the staging
-        // buffer. Pointers into staging are taken only once it is complete
-        // (one full queue fits without growing it).
+        // buffer. Pointers into staging are taken only once it is complete;
+        // it is sized once for what these groups stage, and keeps its
+        // capacity from call to call.
         self.staging.clear();
-        self.staging.reserve(self.capacity * self.packet_size);
+        let staged: usize = self
+            .groups
+            .iter()
+            .flat_map(|&(a, b)| &self.meta[a..b])
+            .filter(|m| m.head_len != 0)
+            .map(|m| m.len)
+            .sum();
+        self.staging.reserve(staged);
         // (in place, address or staging offset, length)
         self.pieces.clear();
         self.group_pieces.clear();

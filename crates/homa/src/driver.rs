@@ -433,6 +433,12 @@ impl Shared {
                 match out {
                     RecvOutcome::Received(_) => {
                         got = true;
+                        if engine.may_transmit() {
+                            // What arrived made something to send (a
+                            // grant, granted data): send it before
+                            // receiving more (see below).
+                            break;
+                        }
                         continue;
                     }
                     RecvOutcome::Empty => {
@@ -462,7 +468,20 @@ impl Shared {
                 None => engine.handle_datagrams(now, src, data, seg),
             });
             match out {
-                RecvOutcome::Received(true) => got = true,
+                RecvOutcome::Received(true) => {
+                    got = true;
+                    // A full batch: more may be waiting, but if what arrived
+                    // made something to send, the pass sends it first. A
+                    // receiver of long messages otherwise copied up to
+                    // MAX_RX_ROUNDS batches (megabytes) before its grants
+                    // went out, and the sender waited for them: 500 KB
+                    // throughput rose from 33.3 to 36.4 Gbit/s on average
+                    // and varied less (docs/performance.md, thirteenth
+                    // session).
+                    if engine.may_transmit() {
+                        break;
+                    }
+                }
                 RecvOutcome::Received(false) => {
                     got = true;
                     break;

@@ -48,6 +48,8 @@
 
 pub mod config;
 mod config_setters;
+mod control;
+mod deferred;
 pub mod driver;
 mod endpoint;
 mod fifo;
@@ -60,6 +62,8 @@ mod peer;
 pub mod pool;
 pub mod priorities;
 mod rpc;
+mod rpc_table;
+mod send_queue;
 pub mod sendbuf;
 mod servers;
 mod srpt;
@@ -68,6 +72,7 @@ pub mod time;
 mod timer;
 mod tombstones;
 pub mod trace;
+mod waiters;
 pub mod wire;
 
 pub use config::{Config, ConfigError, NetworkProfile, PadWindow};

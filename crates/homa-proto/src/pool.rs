@@ -791,6 +791,10 @@ impl Drop for Pool {
 ///
 /// Cloning is cheap (no copy): it adds a reference to each bpage the message
 /// uses.
+///
+/// The UDP runtime hands the same message to applications as `homa::Message`,
+/// which wraps this one and adds a read position (`bytes::Buf`); one
+/// concept, one name at each layer, as with `Endpoint`.
 pub struct Message {
     len: usize,
     layout: Layout,

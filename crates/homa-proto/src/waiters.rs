@@ -9,22 +9,22 @@ use crate::rpc::RpcKey;
 use std::collections::BTreeSet;
 
 /// A waiting message: (length, birth, RPC key).
-pub(crate) type Waiter = (u32, u64, RpcKey);
+pub(crate) type WaitingMessage = (u32, u64, RpcKey);
 
 /// Messages waiting for pool space, shortest first. Invariant (kept by the
 /// endpoint): a message is here exactly while its `InMsg::waiting_for_pool`
 /// is set, under its length and its RPC's birth.
 #[derive(Default)]
 pub(crate) struct PoolWaiters {
-    waiting: BTreeSet<Waiter>,
+    waiting: BTreeSet<WaitingMessage>,
 }
 
 impl PoolWaiters {
-    pub fn add(&mut self, w: Waiter) {
+    pub fn add(&mut self, w: WaitingMessage) {
         self.waiting.insert(w);
     }
 
-    pub fn remove(&mut self, w: &Waiter) {
+    pub fn remove(&mut self, w: &WaitingMessage) {
         self.waiting.remove(w);
     }
 
@@ -36,7 +36,7 @@ impl PoolWaiters {
     /// has room for it now (a waiter that does not fit holds up the longer
     /// ones: shortest first, strictly).
     #[inline]
-    pub fn admit(&mut self, pool: &mut Pool) -> Option<(Waiter, Allocation)> {
+    pub fn admit(&mut self, pool: &mut Pool) -> Option<(WaitingMessage, Allocation)> {
         let &w = self.waiting.first()?;
         let alloc = pool.allocate(w.0 as usize)?;
         self.waiting.remove(&w);

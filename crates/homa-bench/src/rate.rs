@@ -138,6 +138,18 @@ pub struct RateRow {
     pub rpcs_per_sec: f64,
     pub p50_us: f64,
     pub p99_us: f64,
+    /// CPU time the server's threads used in the measured window, in cores
+    /// (1.0: one CPU busy all the time), from the kernel's per-thread
+    /// accounting (`/proc/self/task/*/schedstat`).
+    pub server_cores: f64,
+    /// `rpcs_per_sec / server_cores`: what one fully busy server core
+    /// answers at this load. The per-core rate the clients do not limit:
+    /// on a machine with few cores, the client threads share the CPUs with
+    /// the server, so `rpcs_per_sec` measures the clients as much as the
+    /// server. Servers busy-poll only when `--server-poll-us` says so
+    /// (default 0 for this reason: a polling server's idle time would count
+    /// as work).
+    pub rpcs_per_server_core: f64,
 }
 
 /// Runs every thread count, and within it every transport; one row each.
@@ -197,6 +209,8 @@ pub fn run(spec: &RateBench) -> anyhow::Result<Vec<RateRow>> {
 struct RunResult {
     /// Sum over the clients of (RPCs completed in the window / window).
     rpcs_per_sec: f64,
+    /// Server threads' CPU seconds per second of the window.
+    server_cores: f64,
     latency: Histogram<u64>,
     /// Requests each server thread answered (warm-up included).
     served: Vec<u64>,
@@ -212,6 +226,12 @@ impl RunResult {
             rpcs_per_sec: self.rpcs_per_sec.round(),
             p50_us: us(0.5),
             p99_us: us(0.99),
+            server_cores: (self.server_cores * 1000.0).round() / 1000.0,
+            rpcs_per_server_core: if self.server_cores > 0.0 {
+                (self.rpcs_per_sec / self.server_cores).round()
+            } else {
+                0.0
+            },
         }
     }
 }
@@ -269,10 +289,74 @@ impl ClientTally {
     }
 }
 
-/// A running echo server: its address and how to stop it.
+/// A running echo server: its address, its threads and how to stop it.
 struct Server {
     addr: SocketAddr,
+    threads: ServerThreads,
     stop: Box<dyn FnOnce() -> anyhow::Result<Vec<u64>>>,
+}
+
+/// The kernel thread ids of a server's threads, each registered by the
+/// thread itself when it starts, for their CPU time.
+#[derive(Clone, Default)]
+struct ServerThreads(Arc<std::sync::Mutex<Vec<libc::pid_t>>>);
+
+impl ServerThreads {
+    /// Spawns a server thread that registers itself first.
+    fn spawn<T: Send + 'static>(
+        &self,
+        name: String,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> io::Result<JoinHandle<T>> {
+        let ids = self.0.clone();
+        std::thread::Builder::new().name(name).spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            ids.lock().unwrap_or_else(|e| e.into_inner()).push(tid);
+            f()
+        })
+    }
+
+    /// These threads and every thread of the process named `name` (the
+    /// Homa runtime's background threads of the server's endpoints: their
+    /// work is the server's too).
+    fn with_named(self, name: &str) -> ServerThreads {
+        if let Ok(dir) = std::fs::read_dir("/proc/self/task") {
+            let mut ids = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            for e in dir.flatten() {
+                let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+                if comm.trim() == name {
+                    if let Some(tid) = e.file_name().to_str().and_then(|t| t.parse().ok()) {
+                        ids.push(tid);
+                    }
+                }
+            }
+        }
+        self
+    }
+
+    /// Total CPU time of the threads so far, in seconds (threads that
+    /// have not started yet count nothing).
+    fn cpu_secs(&self) -> f64 {
+        let ids = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        ids.iter().map(|&tid| thread_cpu_secs(tid)).sum()
+    }
+}
+
+/// CPU time of thread `tid` of this process: the first field of its
+/// `schedstat`, nanoseconds on a CPU (0 if it cannot be read).
+fn thread_cpu_secs(tid: libc::pid_t) -> f64 {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0.0, |ns| ns as f64 / 1e9)
+}
+
+/// Sleeps until `t` (at once if it has passed).
+fn sleep_until(t: Instant) {
+    if let Some(d) = t.checked_duration_since(Instant::now()) {
+        std::thread::sleep(d);
+    }
 }
 
 fn run_one(spec: &RateBench, t: RateTransport, m: usize) -> anyhow::Result<RunResult> {
@@ -311,6 +395,12 @@ fn run_one(spec: &RateBench, t: RateTransport, m: usize) -> anyhow::Result<RunRe
             }
         }
     }
+    // The servers' CPU time over the measured window.
+    sleep_until(w.start);
+    let (cpu0, t0) = (server.threads.cpu_secs(), Instant::now());
+    sleep_until(w.end);
+    let (cpu1, t1) = (server.threads.cpu_secs(), Instant::now());
+    let server_cores = (cpu1 - cpu0) / t1.duration_since(t0).as_secs_f64().max(1e-9);
     let mut latency = new_histogram();
     let mut rate = 0.0;
     let mut first_error = spawn_error.map(anyhow::Error::from);
@@ -343,6 +433,7 @@ fn run_one(spec: &RateBench, t: RateTransport, m: usize) -> anyhow::Result<RunRe
     );
     Ok(RunResult {
         rpcs_per_sec: rate,
+        server_cores,
         latency,
         served,
     })
@@ -363,26 +454,27 @@ fn homa_server(cfg: &homa::EndpointConfig, poll: Duration, m: usize) -> anyhow::
     for _ in 1..m {
         eps.push(homa::Endpoint::bind_with(addr, cfg.clone())?);
     }
+    let ids = ServerThreads::default();
     let mut threads = Vec::new();
     for (i, ep) in eps.iter().enumerate() {
         let ep = ep.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("rate-homa-srv-{i}"))
-                .spawn(move || -> homa::Result<u64> {
-                    let mut served = 0;
-                    ep.serve(|req| {
-                        let (message, responder) = req.into_parts();
-                        // The client may have given up on it meanwhile.
-                        let _ = responder.reply(message.into_bytes());
-                        served += 1;
-                    })?;
-                    Ok(served)
-                })?,
-        );
+        threads.push(ids.spawn(
+            format!("rate-homa-srv-{i}"),
+            move || -> homa::Result<u64> {
+                let mut served = 0;
+                ep.serve(|req| {
+                    let (message, responder) = req.into_parts();
+                    // The client may have given up on it meanwhile.
+                    let _ = responder.reply(message.into_bytes());
+                    served += 1;
+                })?;
+                Ok(served)
+            },
+        )?);
     }
     Ok(Server {
         addr,
+        threads: ids.with_named(&format!("homa-bg-{}", addr.port())),
         stop: Box::new(move || {
             for ep in &eps {
                 ep.shutdown();
@@ -489,17 +581,15 @@ fn reuseport_server<S: Send + 'static>(
         socks.push(bind(addr)?);
     }
     let stop = Arc::new(AtomicBool::new(false));
+    let ids = ServerThreads::default();
     let mut threads = Vec::new();
     for (i, sock) in socks.into_iter().enumerate() {
         let (stop, serve) = (stop.clone(), serve.clone());
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("rate-{name}-srv-{i}"))
-                .spawn(move || serve(sock, &stop))?,
-        );
+        threads.push(ids.spawn(format!("rate-{name}-srv-{i}"), move || serve(sock, &stop))?);
     }
     Ok(Server {
         addr,
+        threads: ids,
         stop: Box::new(move || {
             stop.store(true, Relaxed);
             join_servers(threads)
@@ -956,6 +1046,14 @@ mod tests {
             assert_eq!(r.clients, 3);
             assert!(r.rpcs_per_sec > 0.0, "{r:?}");
             assert!(r.p50_us > 0.0 && r.p99_us >= r.p50_us, "{r:?}");
+            // The server threads did the serving: they used CPU time, and
+            // no more than they have.
+            let m = r.server_threads as f64;
+            assert!(r.server_cores > 0.0 && r.server_cores <= m + 1.1, "{r:?}");
+            assert!(
+                r.rpcs_per_server_core >= r.rpcs_per_sec / (m + 1.1),
+                "{r:?}"
+            );
         }
         let v: serde_json::Value = serde_json::from_str(&crate::stats::to_json(rows)).unwrap();
         for key in [
@@ -965,6 +1063,8 @@ mod tests {
             "rpcs_per_sec",
             "p50_us",
             "p99_us",
+            "server_cores",
+            "rpcs_per_server_core",
         ] {
             assert!(v["rows"][0].get(key).is_some(), "{key}");
         }

@@ -32,8 +32,10 @@ pub struct ThroughputBench {
     /// Send each Homa message as plain `Bytes` (gathered into packets: a
     /// copy) instead of from reusable send buffers laid out as packets.
     pub plain: bool,
-    /// Datagram size of the UDP GSO blast.
-    pub segment: usize,
+    /// Datagram size of the UDP GSO blast; `None`: the packet size of a
+    /// Homa endpoint with [`Self::homa`] on loopback, so that both move the
+    /// same packets.
+    pub segment: Option<usize>,
     /// Busy-poll time of the TCP baseline's waits.
     pub poll: Duration,
     /// Both Homa endpoints' configuration.
@@ -49,6 +51,14 @@ pub fn run(args: &ThroughputBench) -> anyhow::Result<Vec<ThroughputRow>> {
         anyhow::ensure!(TRANSPORTS.contains(&t.as_str()), "unknown transport {t:?}");
     }
     let round_secs = args.seconds / args.rounds as f64;
+    let segment = match args.segment {
+        Some(s) => s,
+        None => homa::Endpoint::bind_with("127.0.0.1:0", args.homa.clone())?
+            .config()
+            .engine
+            .max_packet_size
+            .min(crate::baseline::MAX_UDP_PAYLOAD),
+    };
     // (messages, seconds) per transport, summed over the rounds.
     let mut totals = vec![(0u64, 0f64); args.transports.len()];
     for round in 0..args.rounds {
@@ -57,7 +67,7 @@ pub fn run(args: &ThroughputBench) -> anyhow::Result<Vec<ThroughputRow>> {
             let (count, secs) = match t.as_str() {
                 "homa" => homa_stream(args, round_secs, last).context("homa stream")?,
                 "tcp" => tcp_throughput(args.size, args.reply_size, args.window, round_secs, poll)?,
-                _ => udp_gso_stream(args.size, args.segment, round_secs)?,
+                _ => udp_gso_stream(args.size, segment, round_secs)?,
             };
             total.0 += count;
             total.1 += secs;
@@ -193,8 +203,13 @@ fn homa_stream(args: &ThroughputBench, seconds: f64, report: bool) -> anyhow::Re
             client.offloads()
         );
         eprintln!(
-            "homa server (last round): {} packets in {} recvmmsg calls with data ({} GRO datagrams), {} empty polls",
-            sstats.packets_received, sstats.recv_batches, sstats.gro_datagrams, sstats.recv_empty
+            "homa server (last round): {} packets in {} receive calls with data ({} GRO datagrams, {} landed in the pool, {} landing switches), {} empty polls",
+            sstats.packets_received,
+            sstats.recv_batches,
+            sstats.gro_datagrams,
+            sstats.landed,
+            sstats.landing_switches,
+            sstats.recv_empty
         );
         let drops: Vec<String> = sm
             .iter()
@@ -229,7 +244,7 @@ mod tests {
             reply_size: 8,
             transports: TRANSPORTS.iter().map(|t| t.to_string()).collect(),
             plain: false,
-            segment: 1472,
+            segment: Some(1472),
             poll: Duration::from_micros(10),
             homa: crate::loopback_config(),
             report_counters: false,

@@ -10,9 +10,11 @@ use homa_bench::NETWORK_GBPS;
 /// Options of a Homa endpoint, common to every subcommand that opens one.
 #[derive(Args, Clone, Debug)]
 pub struct HomaOpts {
-    /// IP MTU; the packet size is the largest UDP payload that fits it.
-    #[arg(long, default_value_t = 1500)]
-    pub mtu: usize,
+    /// IP MTU; the packet size is the largest UDP payload that fits it
+    /// [default: the MTU of the interface the endpoint is bound to, e.g.
+    /// 65536 on loopback; 1500 for a wildcard address].
+    #[arg(long)]
+    pub mtu: Option<usize>,
     /// Link rate the engine paces to, in Gbit/s [default: 25 for `server` and
     /// `client`; 100 for the loopback benchmarks, whose "link" is memory].
     #[arg(long)]
@@ -32,6 +34,10 @@ pub struct HomaOpts {
     /// messages arrive).
     #[arg(long)]
     pub no_gro: bool,
+    /// Do not receive large packets' payloads straight into the receive
+    /// pool (landing; on by default, used only with packets of 16 KB or more).
+    #[arg(long)]
+    pub no_landing: bool,
     /// Send short DATA datagrams unpadded (by default 129..197-byte IPv4
     /// datagrams go out as 198 bytes, which this kernel moves faster; see
     /// the runtime's default `pad_v4`).
@@ -66,10 +72,11 @@ impl HomaOpts {
             b = b.async_poll(Duration::from_micros(us));
         }
         let mut cfg = b
-            .mtu(self.mtu)
+            .mtu(self.mtu.map_or(homa::Mtu::Interface, homa::Mtu::Fixed))
             .poll(Duration::from_micros(self.poll_us))
             .gso(!self.no_gso)
             .gro(!self.no_gro)
+            .landing(!self.no_landing)
             .dont_fragment(!self.allow_fragments)
             .build();
         cfg.engine.link_bps = (self.link_gbps.unwrap_or(default_gbps) * 1e9) as u64;

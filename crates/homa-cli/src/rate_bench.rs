@@ -82,13 +82,27 @@ pub fn run(args: RateBenchArgs) -> anyhow::Result<()> {
 
 fn print_table(rows: &[RateRow]) {
     println!(
-        "{:<10} {:>8} {:>8} {:>12} {:>9} {:>9}",
-        "transport", "threads", "clients", "RPCs/s", "p50 µs", "p99 µs"
+        "{:<10} {:>8} {:>8} {:>12} {:>9} {:>9} {:>13} {:>16}",
+        "transport",
+        "threads",
+        "clients",
+        "RPCs/s",
+        "p50 µs",
+        "p99 µs",
+        "server cores",
+        "RPCs/s per core"
     );
     for r in rows {
         println!(
-            "{:<10} {:>8} {:>8} {:>12.0} {:>9.1} {:>9.1}",
-            r.transport, r.server_threads, r.clients, r.rpcs_per_sec, r.p50_us, r.p99_us
+            "{:<10} {:>8} {:>8} {:>12.0} {:>9.1} {:>9.1} {:>13.2} {:>16.0}",
+            r.transport,
+            r.server_threads,
+            r.clients,
+            r.rpcs_per_sec,
+            r.p50_us,
+            r.p99_us,
+            r.server_cores,
+            r.rpcs_per_server_core
         );
     }
     // Same-run ratios: Homa against each baseline, and each transport's
@@ -101,9 +115,10 @@ fn print_table(rows: &[RateRow]) {
         for base in ["udp", "tcp"] {
             if let Some(b) = find(base, h.server_threads) {
                 println!(
-                    "{} thread(s): homa/{base} {:.2}x RPCs/s",
+                    "{} thread(s): homa/{base} {:.2}x RPCs/s, {:.2}x RPCs/s per server core",
                     h.server_threads,
-                    h.rpcs_per_sec / b.rpcs_per_sec.max(1e-9)
+                    h.rpcs_per_sec / b.rpcs_per_sec.max(1e-9),
+                    h.rpcs_per_server_core / b.rpcs_per_server_core.max(1e-9)
                 );
             }
         }
@@ -111,10 +126,11 @@ fn print_table(rows: &[RateRow]) {
     for r in rows.iter().filter(|r| r.server_threads > 1) {
         if let Some(one) = find(&r.transport, 1) {
             println!(
-                "{}: {} threads / 1 thread {:.2}x RPCs/s",
+                "{}: {} threads / 1 thread {:.2}x RPCs/s, {:.2}x RPCs/s per server core",
                 r.transport,
                 r.server_threads,
-                r.rpcs_per_sec / one.rpcs_per_sec.max(1e-9)
+                r.rpcs_per_sec / one.rpcs_per_sec.max(1e-9),
+                r.rpcs_per_server_core / one.rpcs_per_server_core.max(1e-9)
             );
         }
     }

@@ -56,8 +56,8 @@ pub fn run(args: ThroughputBenchArgs) -> anyhow::Result<()> {
         transports: args.transports.clone(),
         plain: args.plain,
         // The largest UDP payload that fits the MTU (IPv4 + UDP headers: 28
-        // bytes), as Homa's packets.
-        segment: args.homa.mtu.saturating_sub(28),
+        // bytes), as Homa's packets; by default Homa's own packet size.
+        segment: args.homa.mtu.map(|m| m.saturating_sub(28)),
         poll: Duration::from_micros(args.homa.poll_us),
         homa: args.homa.config_with_link(homa_bench::LOOPBACK_GBPS)?,
         report_counters: !args.json,

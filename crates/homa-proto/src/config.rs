@@ -7,6 +7,11 @@ use crate::priorities::{MessageSizes, PriorityPlan};
 use crate::wire::{DATA_PACKET_OVERHEAD, MAX_PRIORITIES};
 use thiserror::Error;
 
+/// The largest packet (UDP payload) the engine makes: a DATA packet's
+/// payload length is 16 bits on the wire, and 65,000 leaves room for the
+/// IPv4/IPv6 and UDP headers under 65,535.
+pub const MAX_PACKET_SIZE: usize = 65_000;
+
 /// Parameters of one endpoint. Drivers build it with [`Config::for_network`]
 /// (then set their own resource limits and switches, e.g. `pool_bytes`,
 /// `checksum`). `Config::default()` holds the base values that derivation
@@ -450,9 +455,11 @@ impl Config {
         if self.link_bps < 1_000_000 {
             return bad(format!("link_bps {} is below 1 Mbps", self.link_bps));
         }
-        if self.max_packet_size < DATA_PACKET_OVERHEAD + 64 || self.max_packet_size > 65_000 {
+        if self.max_packet_size < DATA_PACKET_OVERHEAD + 64
+            || self.max_packet_size > MAX_PACKET_SIZE
+        {
             return bad(format!(
-                "max_packet_size {} must be in {}..=65000",
+                "max_packet_size {} must be in {}..={MAX_PACKET_SIZE}",
                 self.max_packet_size,
                 DATA_PACKET_OVERHEAD + 64
             ));

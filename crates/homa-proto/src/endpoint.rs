@@ -5,6 +5,7 @@ pub(crate) use crate::control::{Control, ControlBody};
 use crate::control::{ControlQueue, Stamp};
 use crate::deferred::Deferred;
 use crate::grants::Grants;
+use crate::incoming::DataPayload;
 use crate::metrics::{DropReason, Metrics};
 use crate::outgoing::Split;
 use crate::pacer::Pacer;
@@ -140,7 +141,7 @@ pub struct Endpoint {
     /// address compared) costs less than hashing the address to find it.
     /// Checked, never trusted: a stale key (peer evicted, slot reused) only
     /// fails the check.
-    last_rx_peer: Option<PeerKey>,
+    pub(crate) last_rx_peer: Option<PeerKey>,
     /// Control packets waiting to be sent (ahead of DATA).
     pub(crate) control: ControlQueue,
     /// The NIC queue estimate (when it drains; whether DATA may go).
@@ -251,6 +252,12 @@ impl Endpoint {
             self.peers.prefetch_peer(pk);
         }
         self.rpcs.prefetch_next_whole();
+    }
+
+    /// Whether [`Self::shutdown`] has been called.
+    #[inline]
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shut_down
     }
 
     /// Notes the time a driver passed in.
@@ -556,30 +563,11 @@ impl Endpoint {
             }
         };
         crate::trace_point!("engine: decoded");
-        self.metrics.packets_received[decoded.packet.packet_type().index()] += 1;
         let c = decoded.common;
-        // The one address lookup per packet; everything after uses the key.
-        let pk = match hint {
-            // Same address as the packet before (no eviction can happen in
-            // between: only a packet from an unknown address evicts).
-            Some(k) if self.peers.is_live(k) && self.peers.info(k).addr == from => Some(k),
-            _ => self.peers.find(from),
-        };
-        if let Some(pk) = pk {
-            // Start loading the RPC's entry before the peer's line is read.
-            if c.from_client {
-                self.server_ids.prefetch(ServerKey {
-                    peer: pk,
-                    id: c.rpc_id,
-                });
-            } else {
-                self.rpcs.prefetch_client(c.rpc_id);
-            }
-            self.peers[pk].observe(now, c.send_time, c.echo_time);
-        }
+        let pk = self.packet_peer(now, from, &c, decoded.packet.packet_type(), hint);
         match decoded.packet {
             Packet::Data { header, payload } => {
-                self.handle_data(now, from, pk, &c, &header, payload)
+                self.handle_data(now, from, pk, &c, &header, DataPayload::Bytes(payload))
             }
             Packet::Grant(g) => self.handle_grant(now, pk, &c, g),
             Packet::Resend(r) => self.handle_resend(now, from, pk, &c, r),
@@ -618,6 +606,40 @@ impl Endpoint {
                     }
                 }
             }
+        }
+        pk
+    }
+
+    /// The key of a packet's sender (the one address lookup per packet;
+    /// everything after uses the key), with the packet counted and the
+    /// peer's timestamps observed. `hint`: the sender of the packet before.
+    #[inline]
+    pub(crate) fn packet_peer(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        c: &CommonHeader,
+        ptype: wire::PacketType,
+        hint: Option<PeerKey>,
+    ) -> Option<PeerKey> {
+        self.metrics.packets_received[ptype.index()] += 1;
+        let pk = match hint {
+            // Same address as the packet before (no eviction can happen in
+            // between: only a packet from an unknown address evicts).
+            Some(k) if self.peers.is_live(k) && self.peers.info(k).addr == from => Some(k),
+            _ => self.peers.find(from),
+        };
+        if let Some(pk) = pk {
+            // Start loading the RPC's entry before the peer's line is read.
+            if c.from_client {
+                self.server_ids.prefetch(ServerKey {
+                    peer: pk,
+                    id: c.rpc_id,
+                });
+            } else {
+                self.rpcs.prefetch_client(c.rpc_id);
+            }
+            self.peers[pk].observe(now, c.send_time, c.echo_time);
         }
         pk
     }

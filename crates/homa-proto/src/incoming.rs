@@ -11,6 +11,31 @@ use crate::time::Time;
 use crate::wire::{CommonHeader, DataHeader, MAX_ACKS_PER_PACKET};
 use std::net::SocketAddr;
 
+/// A DATA packet's payload as the engine gets it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum DataPayload<'a> {
+    /// In the datagram: the engine copies it into the pool.
+    Bytes(&'a [u8]),
+    /// Already in its place in the pool, this many bytes (the driver had the
+    /// kernel write it there: `Endpoint::landing_site`).
+    Landed(usize),
+}
+
+impl DataPayload<'_> {
+    fn len(self) -> usize {
+        match self {
+            DataPayload::Bytes(b) => b.len(),
+            DataPayload::Landed(n) => n,
+        }
+    }
+    fn filter(self, f: impl FnOnce(&[u8]) -> bool) -> Option<Self> {
+        match self {
+            DataPayload::Bytes(b) if f(b) => Some(self),
+            _ => None,
+        }
+    }
+}
+
 impl Endpoint {
     pub(crate) fn handle_data(
         &mut self,
@@ -19,7 +44,7 @@ impl Endpoint {
         pk: Option<PeerKey>,
         c: &CommonHeader,
         h: &DataHeader,
-        payload: &[u8],
+        payload: DataPayload<'_>,
     ) {
         // A piggybacked ACK counts even if this packet itself is refused: the
         // client has already let go of it.
@@ -93,7 +118,9 @@ impl Endpoint {
             }
             // A whole message in one packet (every short message): straight
             // into the pool and out, with no reassembly state at all.
-            if h.offset == 0 && payload.len() as u32 == h.message_length && !payload.is_empty() {
+            if let Some(DataPayload::Bytes(payload)) = payload
+                .filter(|p| h.offset == 0 && p.len() as u32 == h.message_length && !p.is_empty())
+            {
                 let copy = !self.config.discard_payload;
                 if let Some(message) = self.pool.message_from(payload, copy) {
                     crate::trace_point!("engine: payload written");
@@ -161,9 +188,11 @@ impl Endpoint {
             }
             Some(n) => n,
         };
-        if !self.config.discard_payload {
-            self.pool
-                .write(inc.alloc.as_ref().unwrap(), start as usize, payload);
+        if let DataPayload::Bytes(payload) = payload {
+            if !self.config.discard_payload {
+                self.pool
+                    .write(inc.alloc.as_ref().unwrap(), start as usize, payload);
+            }
         }
         crate::trace_point!("engine: payload written");
         inc.bytes_received += new;

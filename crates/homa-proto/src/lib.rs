@@ -55,6 +55,7 @@ mod endpoint;
 mod fifo;
 mod grants;
 mod incoming;
+mod landing;
 pub mod metrics;
 mod outgoing;
 mod pacer;
@@ -79,6 +80,7 @@ pub use config::{Config, ConfigError, NetworkProfile, PadWindow};
 pub use endpoint::{
     splitmix64, Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Transmit,
 };
+pub use landing::LandingSite;
 pub use metrics::{DropReason, Metrics};
 pub use outgoing::Burst;
 pub use pool::{Message, BPAGE_SIZE};

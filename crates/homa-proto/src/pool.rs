@@ -639,6 +639,44 @@ impl Pool {
         }
     }
 
+    /// The pool bytes that hold message bytes `offset..offset + len` of
+    /// `alloc`, in order (one slice per bpage piece the range touches), for
+    /// a driver that has the kernel write a payload there directly
+    /// ([`crate::Endpoint::landing_site`]). Panics if the range exceeds the
+    /// allocation (engine bug).
+    pub(crate) fn spans_mut(
+        &mut self,
+        alloc: &Allocation,
+        offset: usize,
+        len: usize,
+    ) -> smallvec::SmallVec<[&mut [u8]; 2]> {
+        assert!(
+            alloc.shared == self.shared,
+            "allocation belongs to another pool"
+        );
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= alloc.len)
+            .expect("span within allocation");
+        let base = self.shared().base.as_ptr();
+        let mut spans = smallvec::SmallVec::new();
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / BPAGE_SIZE;
+            let (start, stop) = alloc.layout.piece(idx).expect("offset within allocation");
+            let within = pos - idx * BPAGE_SIZE;
+            let n = (stop - start - within).min(end - pos);
+            // SAFETY: as in `write`: the bytes lie inside a chunk of `alloc`,
+            // which is live and not yet a message, so no one else reads or
+            // writes them; distinct pieces of one allocation never overlap,
+            // and the slices borrow `self` mutably, so no other pool call
+            // (which could hand these bytes out) runs while they live.
+            spans.push(unsafe { std::slice::from_raw_parts_mut(base.add(start + within), n) });
+            pos += n;
+        }
+        spans
+    }
+
     /// A whole message of `data` (one that arrived in one packet): reserve,
     /// copy and seal in one step, or `None` if the pool cannot hold it now.
     /// With `copy` unset the bytes are left unwritten (`discard_payload`).

@@ -225,6 +225,12 @@ impl RangeSet {
         self.ranges.drain(first + 1..last);
         Some((end - start) - covered)
     }
+    /// Whether no byte of `[start, end)` is in the set.
+    pub fn is_missing(&self, start: u32, end: u32) -> bool {
+        // The first range that ends after `start` must begin at or after `end`.
+        let i = self.ranges.partition_point(|r| r.1 <= start);
+        self.ranges.get(i).is_none_or(|r| r.0 >= end)
+    }
     pub fn first_gap(&self, limit: u32) -> Option<(u32, u32)> {
         let mut pos = 0;
         for &(s, e) in &self.ranges {
@@ -262,6 +268,17 @@ mod tests {
         assert_eq!(r.insert(35, 36), Some(1));
         assert_eq!(r.insert(30, 60), Some(30 - 11));
         assert_eq!(r.first_gap(60), None);
+    }
+
+    #[test]
+    fn range_set_tells_missing_ranges() {
+        let mut r = RangeSet::default();
+        assert!(r.is_missing(0, 100));
+        r.insert(10, 20);
+        r.insert(30, 40);
+        assert!(r.is_missing(0, 10) && r.is_missing(20, 30) && r.is_missing(40, 99));
+        assert!(!r.is_missing(0, 11) && !r.is_missing(19, 30) && !r.is_missing(25, 31));
+        assert!(!r.is_missing(12, 14) && !r.is_missing(0, 100));
     }
 
     #[test]

@@ -282,6 +282,10 @@ pub enum DecodeError {
     BadAckList(usize),
     #[error("RPC id 0 is reserved")]
     ZeroRpcId,
+    /// [`decode_data_head`] only: not a DATA packet, or one whose padding or
+    /// checksum needs its payload's bytes (not malformed: decode it whole).
+    #[error("not a DATA packet whose payload can be received elsewhere")]
+    NotLandable,
 }
 
 /// Reserved bytes must be zero so that a later version can give them a meaning
@@ -384,31 +388,8 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             // Padding is reserved space: zeros, so that a packet has one
             // encoding.
             check_reserved(&body[DATA_HEADER_LEN + declared..])?;
-            let header = DataHeader {
-                message_length: u32_at(body, 0),
-                offset: u32_at(body, 4),
-                unsched_bytes: u32_at(body, 8),
-                cutoff_version: u16_at(body, 12),
-                ack: u64_at(body, 16),
-            };
+            let header = data_header(body, declared)?;
             let payload = &body[DATA_HEADER_LEN..DATA_HEADER_LEN + declared];
-            // Only a zero-length message has an empty DATA packet (its only one).
-            if payload.is_empty() && (header.message_length != 0 || header.offset != 0) {
-                return Err(DecodeError::EmptyData);
-            }
-            if header.offset as u64 + payload.len() as u64 > header.message_length as u64 {
-                return Err(DecodeError::DataOutOfRange {
-                    offset: header.offset,
-                    len: payload.len(),
-                    message_length: header.message_length,
-                });
-            }
-            if header.unsched_bytes > header.message_length {
-                return Err(DecodeError::BadUnsched(
-                    header.unsched_bytes,
-                    header.message_length,
-                ));
-            }
             Packet::Data { header, payload }
         }
         PacketType::Grant => {
@@ -469,6 +450,89 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
         packet,
         pad,
     })
+}
+
+/// The DATA header at the start of `body` (after the common header), checked
+/// against the length of the payload that follows it.
+#[inline]
+fn data_header(body: &[u8], payload_len: usize) -> Result<DataHeader, DecodeError> {
+    let header = DataHeader {
+        message_length: u32_at(body, 0),
+        offset: u32_at(body, 4),
+        unsched_bytes: u32_at(body, 8),
+        cutoff_version: u16_at(body, 12),
+        ack: u64_at(body, 16),
+    };
+    // Only a zero-length message has an empty DATA packet (its only one).
+    if payload_len == 0 && (header.message_length != 0 || header.offset != 0) {
+        return Err(DecodeError::EmptyData);
+    }
+    if header.offset as u64 + payload_len as u64 > header.message_length as u64 {
+        return Err(DecodeError::DataOutOfRange {
+            offset: header.offset,
+            len: payload_len,
+            message_length: header.message_length,
+        });
+    }
+    if header.unsched_bytes > header.message_length {
+        return Err(DecodeError::BadUnsched(
+            header.unsched_bytes,
+            header.message_length,
+        ));
+    }
+    Ok(header)
+}
+
+/// Decodes the headers of a DATA datagram of `datagram_len` bytes from its
+/// first [`DATA_PACKET_OVERHEAD`] bytes alone, for a driver that receives
+/// the payload somewhere else (`Endpoint::landing_site`): the same checks
+/// as [`decode`], except the payload's own bytes. Returns the headers and
+/// the payload's length. Only packets without padding and without a
+/// checksum qualify (both need the payload's bytes); others are
+/// [`DecodeError::NotLandable`].
+pub fn decode_data_head(
+    head: &[u8],
+    datagram_len: usize,
+) -> Result<(CommonHeader, DataHeader, usize), DecodeError> {
+    if head.len() < DATA_PACKET_OVERHEAD {
+        return Err(DecodeError::Truncated(head.len()));
+    }
+    if head[0] != VERSION {
+        return Err(DecodeError::BadVersion(head[0]));
+    }
+    if head[1] != PacketType::Data as u8 {
+        return Err(DecodeError::NotLandable);
+    }
+    let flags = head[2];
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err(DecodeError::BadFlags(flags));
+    }
+    if head[DATA_PAD_AT] != 0 || u32_at(head, CHECKSUM_RANGE.start) != 0 {
+        return Err(DecodeError::NotLandable);
+    }
+    let common = CommonHeader {
+        from_client: flags & FLAG_FROM_CLIENT != 0,
+        retransmit: flags & FLAG_RETRANSMIT != 0,
+        rpc_id: u64_at(head, 8),
+        send_time: u64_at(head, 16),
+        echo_time: u64_at(head, 24),
+    };
+    if common.rpc_id == 0 {
+        return Err(DecodeError::ZeroRpcId);
+    }
+    let declared = u16_at(head, PAYLOAD_LEN_AT) as usize;
+    match (DATA_PACKET_OVERHEAD + declared).cmp(&datagram_len) {
+        core::cmp::Ordering::Greater => return Err(DecodeError::Truncated(datagram_len)),
+        core::cmp::Ordering::Less => {
+            return Err(DecodeError::TrailingBytes(
+                PacketType::Data,
+                datagram_len - DATA_PACKET_OVERHEAD - declared,
+            ))
+        }
+        core::cmp::Ordering::Equal => {}
+    }
+    let header = data_header(&head[COMMON_HEADER_LEN..], declared)?;
+    Ok((common, header, declared))
 }
 
 /// The length of the packet at the start of `buf` as its own header

@@ -26,7 +26,7 @@ const V6_OVERHEAD: usize = 48;
 ///     .poll(Duration::from_micros(20))
 ///     .engine(|e| e.with_rpc_timeout_ns(500_000_000))
 ///     .build();
-/// assert_eq!(cfg.mtu, Some(1500));
+/// assert_eq!(cfg.mtu, homa::Mtu::Interface);
 /// assert_eq!(cfg.engine.rpc_timeout_ns, 500_000_000);
 /// ```
 #[derive(Clone, Debug)]
@@ -42,11 +42,12 @@ pub struct EndpointConfig {
     /// reply) and `pad_v4`/`pad_v6` (129..198 and 129..188 bytes: datagram
     /// sizes that Linux handles slowly, docs/performance.md).
     pub engine: homa_proto::Config,
-    /// IP MTU of the path. The engine's packet size becomes the largest UDP
-    /// payload that fits it (1472 bytes for IPv4 at 1500, 1452 for IPv6), so
-    /// no packet on the wire exceeds it even when GSO batches them. `None`
-    /// keeps `engine.max_packet_size` as given.
-    pub mtu: Option<usize>,
+    /// The IP MTU packets are sized to ([`Mtu`]): by default the MTU of
+    /// the interface the endpoint is bound to. The engine's packet size
+    /// becomes the largest UDP payload that fits it (1472 bytes for IPv4 at
+    /// 1500, 1452 for IPv6; at most 65,000), so no packet on the wire
+    /// exceeds it even when GSO batches them.
+    pub mtu: Mtu,
     /// How long a waiting thread busy-polls the socket before it sleeps (the
     /// Linux module's `poll_usecs`). Zero sleeps at once.
     pub poll: Duration,
@@ -67,6 +68,11 @@ pub struct EndpointConfig {
     pub gso: bool,
     /// Accept UDP GRO super-datagrams when the kernel supports it.
     pub gro: bool,
+    /// Receive the payloads of long messages' large packets (16 KB or more:
+    /// a large MTU such as loopback's) straight into the receive pool, one
+    /// copy per byte fewer, at the cost of one more system call per packet
+    /// while they arrive (docs/runtime.md).
+    pub landing: bool,
     /// SO_SNDBUF / SO_RCVBUF size requested for the socket.
     pub socket_buffer_bytes: usize,
     /// Send every packet with the IP "don't fragment" bit and never let the
@@ -100,6 +106,33 @@ pub struct EndpointConfig {
     /// the group must set it (same user). Off by default.
     pub reuse_port: bool,
 }
+
+/// How an endpoint sizes its packets ([`EndpointConfig::mtu`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mtu {
+    /// The MTU of the network interface that holds the endpoint's address,
+    /// as TCP and the Linux Homa module size their segments: 65,536 on
+    /// loopback (`127.0.0.0/8`, `::1`), so a message moves in few large
+    /// packets there; 1,500 (Ethernet's) for a wildcard address (`0.0.0.0`,
+    /// `[::]`), whose peers may be anywhere, or an address no interface
+    /// holds. The default.
+    #[default]
+    Interface,
+    /// This IP MTU, whatever the interface.
+    Fixed(usize),
+    /// No MTU: `engine.max_packet_size` as given.
+    Engine,
+}
+
+impl From<usize> for Mtu {
+    fn from(mtu: usize) -> Mtu {
+        Mtu::Fixed(mtu)
+    }
+}
+
+/// The MTU [`Mtu::Interface`] uses where it finds no interface.
+pub const FALLBACK_MTU: usize = 1500;
 
 /// Builds an [`EndpointConfig`] and binds endpoints with it. Every setter
 /// names its default; settings not set keep it. A builder can bind any
@@ -154,9 +187,9 @@ impl EndpointBuilder {
         self.cfg.engine = f(self.cfg.engine);
         self
     }
-    /// IP MTU of the path ([`EndpointConfig::mtu`]); `None` keeps the
-    /// engine's `max_packet_size`. Default: `Some(1500)`.
-    pub fn mtu(mut self, mtu: impl Into<Option<usize>>) -> EndpointBuilder {
+    /// The IP MTU packets are sized to ([`EndpointConfig::mtu`]): a number
+    /// (`.mtu(9000)`) or an [`Mtu`]. Default: [`Mtu::Interface`].
+    pub fn mtu(mut self, mtu: impl Into<Mtu>) -> EndpointBuilder {
         self.cfg.mtu = mtu.into();
         self
     }
@@ -195,6 +228,12 @@ impl EndpointBuilder {
     /// Accept UDP GRO where the kernel supports it. Default: `true`.
     pub fn gro(mut self, on: bool) -> EndpointBuilder {
         self.cfg.gro = on;
+        self
+    }
+    /// Receive large packets' payloads straight into the receive pool
+    /// ([`EndpointConfig::landing`]). Default: `true`.
+    pub fn landing(mut self, on: bool) -> EndpointBuilder {
+        self.cfg.landing = on;
         self
     }
     /// SO_SNDBUF / SO_RCVBUF size requested. Default: 4 MiB.
@@ -295,12 +334,13 @@ impl Default for EndpointConfig {
                 .with_defer_acks(true)
                 .with_pad_v4(RUNTIME_PAD_V4)
                 .with_pad_v6(RUNTIME_PAD_V6),
-            mtu: Some(1500),
+            mtu: Mtu::Interface,
             poll: Duration::from_micros(50),
             async_poll: Duration::from_micros(50),
             dscp: [0, 8, 16, 24, 32, 40, 48, 56],
             gso: true,
             gro: true,
+            landing: true,
             socket_buffer_bytes: 4 << 20,
             dont_fragment: true,
             recv_batch: 32,
@@ -314,12 +354,25 @@ impl Default for EndpointConfig {
 }
 
 impl EndpointConfig {
-    /// The engine configuration actually used for an endpoint of this family.
-    pub(crate) fn engine_config(&self, ipv6: bool) -> homa_proto::Config {
+    /// The IP MTU an endpoint bound to `ip` sizes its packets to (`None`:
+    /// the engine's `max_packet_size` as given).
+    pub(crate) fn mtu_for(&self, ip: std::net::IpAddr) -> Option<usize> {
+        match self.mtu {
+            Mtu::Interface => Some(crate::sys::interface_mtu(ip).unwrap_or(FALLBACK_MTU)),
+            Mtu::Fixed(mtu) => Some(mtu),
+            Mtu::Engine => None,
+        }
+    }
+
+    /// The engine configuration actually used for an endpoint of this
+    /// family whose packets fit `mtu` ([`Self::mtu_for`]).
+    pub(crate) fn engine_config(&self, ipv6: bool, mtu: Option<usize>) -> homa_proto::Config {
         let mut c = self.engine.clone();
-        if let Some(mtu) = self.mtu {
+        if let Some(mtu) = mtu {
             let overhead = if ipv6 { V6_OVERHEAD } else { V4_OVERHEAD };
-            c.max_packet_size = mtu.saturating_sub(overhead);
+            c.max_packet_size = mtu
+                .saturating_sub(overhead)
+                .min(homa_proto::config::MAX_PACKET_SIZE);
         }
         if ipv6 && c.packet_overhead_bytes == homa_proto::Config::default().packet_overhead_bytes {
             // IPv6's header is 20 bytes longer than IPv4's.
@@ -374,25 +427,56 @@ mod tests {
 
     #[test]
     fn mtu_sets_packet_size_per_family() {
-        let c = EndpointConfig::default();
-        assert_eq!(c.engine_config(false).max_packet_size, 1472);
-        assert_eq!(c.engine_config(true).max_packet_size, 1452);
+        let c = EndpointConfig::builder().mtu(1500).build();
+        assert_eq!(c.engine_config(false, Some(1500)).max_packet_size, 1472);
+        assert_eq!(c.engine_config(true, Some(1500)).max_packet_size, 1452);
+        // Loopback's 65,536 is capped at the engine's largest packet.
+        assert_eq!(
+            c.engine_config(false, Some(65_536)).max_packet_size,
+            homa_proto::config::MAX_PACKET_SIZE
+        );
         let keep = EndpointConfig::builder()
-            .mtu(None)
+            .mtu(Mtu::Engine)
             .engine(|e| e.with_max_packet_size(9000))
             .build();
-        assert_eq!(keep.engine_config(true).max_packet_size, 9000);
+        assert_eq!(keep.mtu_for("::1".parse().unwrap()), None);
+        assert_eq!(keep.engine_config(true, None).max_packet_size, 9000);
+    }
+
+    #[test]
+    fn the_default_mtu_is_the_interfaces() {
+        let c = EndpointConfig::default();
+        assert_eq!(c.mtu, Mtu::Interface);
+        // Loopback (every Linux machine has it; its MTU is 65,536 unless an
+        // administrator changed it).
+        let lo = c.mtu_for("127.0.0.1".parse().unwrap()).unwrap();
+        assert!(lo > FALLBACK_MTU, "loopback MTU {lo}");
+        assert_eq!(c.mtu_for("127.0.0.2".parse().unwrap()), Some(lo));
+        // A wildcard address, and one no interface holds.
+        assert_eq!(c.mtu_for("0.0.0.0".parse().unwrap()), Some(FALLBACK_MTU));
+        assert_eq!(
+            c.mtu_for("[::]".trim_matches(['[', ']']).parse().unwrap()),
+            Some(FALLBACK_MTU)
+        );
+        assert_eq!(c.mtu_for("192.0.2.77".parse().unwrap()), Some(FALLBACK_MTU));
+        assert_eq!(
+            EndpointConfig::builder()
+                .mtu(9000)
+                .build()
+                .mtu_for("127.0.0.1".parse().unwrap()),
+            Some(9000)
+        );
     }
 
     #[test]
     fn seeds_differ_unless_pinned() {
         let c = EndpointConfig::default();
         assert_ne!(
-            c.engine_config(false).rpc_id_seed,
-            c.engine_config(false).rpc_id_seed
+            c.engine_config(false, None).rpc_id_seed,
+            c.engine_config(false, None).rpc_id_seed
         );
         let pinned = EndpointConfig::builder().rpc_id_seed(77).build();
-        assert_eq!(pinned.engine_config(false).rpc_id_seed, 77);
+        assert_eq!(pinned.engine_config(false, None).rpc_id_seed, 77);
     }
 
     #[test]
@@ -410,7 +494,8 @@ mod tests {
     fn builder_setters_document_the_real_defaults() {
         // The values each setter's doc names as its default.
         let d = EndpointConfig::default();
-        assert_eq!(d.mtu, Some(1500));
+        assert_eq!(d.mtu, Mtu::Interface);
+        assert!(d.landing && d.gro && d.gso);
         assert_eq!(d.poll, Duration::from_micros(50));
         assert_eq!(d.dscp, [0, 8, 16, 24, 32, 40, 48, 56]);
         assert!(d.gso && d.gro && d.dont_fragment && d.fail_on_unreachable);
@@ -453,7 +538,7 @@ mod tests {
             .fail_on_unreachable(false)
             .engine(|e| e.with_rpc_timeout_ns(7_000_000))
             .build();
-        assert_eq!(c.mtu, Some(9000));
+        assert_eq!(c.mtu, Mtu::Fixed(9000));
         assert_eq!(c.poll, Duration::ZERO);
         assert_eq!(c.dscp, [1; 8]);
         assert!(!c.gso && !c.gro && !c.dont_fragment && !c.fail_on_unreachable);
@@ -465,7 +550,7 @@ mod tests {
         assert!(!c.engine.checksum && c.engine.defer_acks);
         // A builder from a config starts there.
         let again = EndpointBuilder::from(c.clone()).build();
-        assert_eq!(again.mtu, Some(9000));
+        assert_eq!(again.mtu, Mtu::Fixed(9000));
         assert_eq!(again.engine, c.engine);
     }
 }

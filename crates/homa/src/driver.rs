@@ -15,7 +15,8 @@ use crate::serve::{InlineGuard, Serving};
 pub(crate) type DriverGuard = parking_lot::ArcMutexGuard<parking_lot::RawMutex, Driver>;
 use crate::shared::Shared;
 use crate::socket::{
-    Faults, FlushOutcome, RecvOutcome, RxBatch, SocketStats, TxQueue, GSO_MAX_SEGMENTS,
+    Faults, FlushOutcome, Landed, Peeked, RecvOutcome, RxBatch, SocketStats, TxQueue,
+    GSO_MAX_SEGMENTS, LANDING_MIN_BYTES,
 };
 use crate::timetrace;
 use crate::wait::{Slot, Waiter};
@@ -427,6 +428,25 @@ impl Shared {
         let mut d_drained = false;
         let mut got = false;
         for _ in 0..MAX_RX_ROUNDS {
+            if faults.is_none() && self.cfg.landing && rx.landing() {
+                let out = self.land_one(engine, rx, stats, now);
+                match out {
+                    RecvOutcome::Received(_) => {
+                        got = true;
+                        continue;
+                    }
+                    RecvOutcome::Empty => {
+                        d_drained = true;
+                        break;
+                    }
+                    RecvOutcome::Error => {
+                        if self.sock.read_errors(errors, stats) == 0 {
+                            break;
+                        }
+                        continue;
+                    }
+                }
+            }
             let out = rx.recv(&self.sock, stats, |src, data, seg| match faults.as_mut() {
                 // Loss is injected per packet.
                 Some(f) => {
@@ -472,6 +492,45 @@ impl Shared {
             got = true;
         }
         got
+    }
+
+    /// One datagram while landing is on (`RxBatch::peek`): into the receive
+    /// pool if the engine has a place for its payload, otherwise the
+    /// ordinary way.
+    fn land_one(
+        &self,
+        engine: &mut homa_proto::Endpoint,
+        rx: &mut RxBatch,
+        stats: &mut SocketStats,
+        now: u64,
+    ) -> RecvOutcome {
+        let (src, len) = match rx.peek(&self.sock, stats) {
+            Peeked::Datagram(src, len) => (src, len),
+            Peeked::Empty => return RecvOutcome::Empty,
+            Peeked::Error => return RecvOutcome::Error,
+        };
+        if len >= LANDING_MIN_BYTES {
+            let landed = match engine.landing_site(src, rx.peeked_head(len), len) {
+                Some(mut site) => {
+                    let header_len = site.header_len;
+                    rx.recv_landed(&self.sock, stats, len, header_len, &mut site.payload)
+                }
+                None => Landed::Queued,
+            };
+            // The pool slices are written (or not): the engine may run again.
+            match landed {
+                Landed::Whole(head) => {
+                    engine.handle_landed(now, src, head, len);
+                    return RecvOutcome::Received(true);
+                }
+                Landed::Dropped => return RecvOutcome::Received(true),
+                Landed::Queued => {}
+            }
+        }
+        rx.not_landed(stats);
+        rx.recv_single(&self.sock, stats, |src, data, seg| {
+            engine.handle_datagrams(now, src, data, seg)
+        })
     }
 
     /// Fails client RPCs whose peer the network declared unreachable.

@@ -131,7 +131,7 @@ impl Endpoint {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to bind")
         })?;
         cfg.validate().map_err(Error::InvalidConfig)?;
-        let engine_cfg = cfg.engine_config(addr.is_ipv6());
+        let engine_cfg = cfg.engine_config(addr.is_ipv6(), cfg.mtu_for(addr.ip()));
         let sock = UdpSocket::bind(
             addr,
             &SocketOptions {

@@ -64,7 +64,7 @@ mod wait;
 
 #[cfg(feature = "tokio")]
 pub use async_api::{RecvRequestFuture, RecvResponseFuture, Requests, RpcFuture};
-pub use config::{EndpointBuilder, EndpointConfig};
+pub use config::{EndpointBuilder, EndpointConfig, Mtu, FALLBACK_MTU};
 pub use endpoint::{Endpoint, PendingRpc, Request, Responder, Response, RuntimeStats};
 pub use error::{Error, Result};
 pub use message::{Message, MessageReader};

@@ -25,6 +25,8 @@ pub(crate) const RX_BUF_SIZE: usize = 65_536;
 pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
 /// Most payload bytes in one GSO send (one IP datagram before segmentation).
 const GSO_MAX_BYTES: usize = 65_000;
+/// Initial capacity of a transmit buffer (see [`TxQueue::next_buf`]).
+const SMALL_TX_BUF: usize = 2048;
 /// Most `mmsghdr`s handed to one `sendmmsg`.
 const TX_MAX_MSGS: usize = 64;
 /// Control buffer per message: room for two int cmsgs (TOS and UDP_SEGMENT).
@@ -47,6 +49,7 @@ pub(crate) struct SocketOptions {
 
 /// Counters kept by the socket layer (the engine keeps its own).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SocketStats {
     /// `recvmmsg` calls that returned at least one datagram.
     pub recv_batches: u64,
@@ -58,6 +61,13 @@ pub struct SocketStats {
     pub gro_datagrams: u64,
     /// Times UDP GRO was switched on or off (see `RxBatch::note_sizes`).
     pub gro_switches: u64,
+    /// Datagrams whose payload the kernel wrote straight into the receive
+    /// pool (see `RxBatch::peek`), and times landing was switched on or off.
+    pub landed: u64,
+    pub landing_switches: u64,
+    /// Landed datagrams whose headers differed from the peeked ones, or that
+    /// were cut short (dropped; the protocol asks again).
+    pub landing_failed: u64,
     pub bytes_received: u64,
     /// Datagrams the kernel truncated (larger than the receive buffer).
     pub truncated: u64,
@@ -355,6 +365,33 @@ pub(crate) enum RecvOutcome {
 /// replies) keep it on.
 const GRO_OFF_AFTER: u32 = 256;
 
+/// The smallest datagram worth landing (see [`RxBatch::peek`]): below it
+/// the extra system call costs more than the copy it saves. Only packets
+/// larger than an Ethernet MTU reach it (loopback, jumbo frames).
+pub(crate) const LANDING_MIN_BYTES: usize = 16 * 1024;
+/// Datagrams in a row that could not land after which landing goes off.
+const LANDING_OFF_AFTER: u32 = 64;
+
+/// What [`RxBatch::peek`] found at the head of the socket's queue.
+pub(crate) enum Peeked {
+    /// A datagram of this length from this address; its first bytes are in
+    /// [`RxBatch::peeked_head`].
+    Datagram(SocketAddr, usize),
+    Empty,
+    Error,
+}
+
+/// What [`RxBatch::recv_landed`] did.
+pub(crate) enum Landed<'a> {
+    /// Received whole, with the peeked headers (these).
+    Whole(&'a [u8]),
+    /// Received, but cut short or with other headers than peeked: dropped
+    /// (counted in `SocketStats::landing_failed`; the protocol asks again).
+    Dropped,
+    /// Not received: still queued.
+    Queued,
+}
+
 /// Reusable buffers for `recvmmsg`.
 pub(crate) struct RxBatch {
     /// Headers `0..dirty` may have been written by the last call.
@@ -371,6 +408,14 @@ pub(crate) struct RxBatch {
     since_long: u32,
     /// All headers have been set up once.
     ready: bool,
+    /// Landing is on (see [`Self::peek`]), and datagrams in a row that did
+    /// not land.
+    landing_on: bool,
+    since_landed: u32,
+    /// The first bytes of the datagram [`Self::peek`] found, and of the one
+    /// [`Self::recv_landed`] received.
+    peek_head: [u8; homa_proto::wire::DATA_PACKET_OVERHEAD],
+    landed_head: [u8; homa_proto::wire::DATA_PACKET_OVERHEAD],
     data: Vec<u8>,
     names: Vec<libc::sockaddr_storage>,
     ctrl: Vec<Ctrl>,
@@ -392,6 +437,10 @@ impl RxBatch {
             since_long: 0,
             dirty: 0,
             ready: false,
+            landing_on: false,
+            since_landed: 0,
+            peek_head: [0; homa_proto::wire::DATA_PACKET_OVERHEAD],
+            landed_head: [0; homa_proto::wire::DATA_PACKET_OVERHEAD],
             data: vec![0u8; n * RX_BUF_SIZE],
             // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
             names: vec![unsafe { mem::zeroed() }; n],
@@ -500,6 +549,9 @@ impl RxBatch {
             len.div_ceil(seg) as u64
         };
         f(src, buf, seg);
+        if landable(&self.data[..len], seg) {
+            self.landing_goes_on(stats);
+        }
         if sock.gro {
             let long = homa_proto::wire::is_multi_packet_data(&self.data[..len]);
             self.note_sizes(sock, stats, 1, long);
@@ -577,6 +629,15 @@ impl RxBatch {
             stats.packets_received += buf.len().div_ceil(seg).max(1) as u64;
             f(src, buf, seg);
         }
+        if (0..got).any(|i| {
+            let h = &self.hdrs[i];
+            let len = (h.msg_len as usize).min(RX_BUF_SIZE);
+            len >= LANDING_MIN_BYTES
+                && gro_segment_size(&h.msg_hdr).is_none()
+                && landable(&self.data[i * RX_BUF_SIZE..][..len], len)
+        }) {
+            self.landing_goes_on(stats);
+        }
         if sock.gro {
             let long = (0..got).any(|i| {
                 let len = (self.hdrs[i].msg_len as usize).min(RX_BUF_SIZE);
@@ -585,6 +646,140 @@ impl RxBatch {
             self.note_sizes(sock, stats, got, long);
         }
         RecvOutcome::Received(asked > 1 && got == asked)
+    }
+
+    /// Whether datagrams are peeked at and landed (see [`Self::peek`]).
+    pub(crate) fn landing(&self) -> bool {
+        self.landing_on
+    }
+
+    /// Landing: with packets larger than [`LANDING_MIN_BYTES`] (a large
+    /// MTU), a long message's payload is received straight into the receive
+    /// pool (`Endpoint::landing_site`) instead of into this batch's buffer
+    /// and copied from there, one copy per byte fewer. It costs one more
+    /// system call per datagram (this peek at its headers), so it is on only
+    /// while such packets arrive: it goes on when [`Self::recv`] hands over
+    /// one, and off after [`LANDING_OFF_AFTER`] datagrams in a row that did
+    /// not land.
+    pub(crate) fn peek(&mut self, sock: &UdpSocket, stats: &mut SocketStats) -> Peeked {
+        let mut namelen = mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: the buffer and address storage are owned by self and sized
+        // as declared.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_recvfrom,
+                sock.fd(),
+                self.peek_head.as_mut_ptr() as *mut libc::c_void,
+                self.peek_head.len(),
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC | libc::MSG_PEEK,
+                &mut self.names[0] as *mut _ as *mut libc::sockaddr,
+                &mut namelen as *mut libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            return match failed_recv(stats) {
+                RecvOutcome::Empty => Peeked::Empty,
+                _ => Peeked::Error,
+            };
+        }
+        match read_sockaddr(&self.names[0], namelen) {
+            Some(src) => Peeked::Datagram(src, r as usize),
+            None => {
+                // Consumed and counted by the ordinary receive.
+                Peeked::Datagram(SocketAddr::from(([0, 0, 0, 0], 0)), 0)
+            }
+        }
+    }
+
+    /// The first bytes of the datagram [`Self::peek`] found (fewer if it
+    /// was shorter).
+    pub(crate) fn peeked_head(&self, len: usize) -> &[u8] {
+        &self.peek_head[..len.min(self.peek_head.len())]
+    }
+
+    /// Receives the datagram [`Self::peek`] found, of `len` bytes: its
+    /// first `header_len` bytes into this batch, the rest into `payload`
+    /// (the pool).
+    pub(crate) fn recv_landed(
+        &mut self,
+        sock: &UdpSocket,
+        stats: &mut SocketStats,
+        len: usize,
+        header_len: usize,
+        payload: &mut [&mut [u8]],
+    ) -> Landed<'_> {
+        let header_len = header_len.min(self.landed_head.len());
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 4];
+        if payload.len() + 1 > iov.len() {
+            return Landed::Queued;
+        }
+        iov[0] = libc::iovec {
+            iov_base: self.landed_head.as_mut_ptr() as *mut libc::c_void,
+            iov_len: header_len,
+        };
+        for (v, span) in iov[1..].iter_mut().zip(payload.iter_mut()) {
+            *v = libc::iovec {
+                iov_base: span.as_mut_ptr() as *mut libc::c_void,
+                iov_len: span.len(),
+            };
+        }
+        // SAFETY: a plain C struct: all-zero bytes are a valid value.
+        let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = payload.len() + 1;
+        // SAFETY: every iovec points at memory we hold mutably for the call
+        // (this batch's header buffer, the pool slices), sized as declared.
+        let r = unsafe { libc::recvmsg(sock.fd(), &mut msg, libc::MSG_DONTWAIT) };
+        crate::timetrace::record("recvmsg landed");
+        stats.recv_batches += 1;
+        if r < 0 {
+            // The peeked datagram is still queued: received the ordinary way next.
+            return Landed::Queued;
+        }
+        let whole = r as usize == len && msg.msg_flags & libc::MSG_TRUNC == 0;
+        let head = &self.landed_head[..header_len];
+        if !whole || head != &self.peek_head[..header_len] {
+            stats.landing_failed += 1;
+            return Landed::Dropped;
+        }
+        stats.landed += 1;
+        stats.packets_received += 1;
+        stats.bytes_received += len as u64;
+        self.since_landed = 0;
+        Landed::Whole(head)
+    }
+
+    /// One datagram the ordinary way (into this batch's buffer).
+    pub(crate) fn recv_single(
+        &mut self,
+        sock: &UdpSocket,
+        stats: &mut SocketStats,
+        f: impl FnMut(SocketAddr, &[u8], usize),
+    ) -> RecvOutcome {
+        self.recv_one(sock, stats, f)
+    }
+
+    /// A peeked datagram that will not land; after enough in a row, landing
+    /// goes off.
+    pub(crate) fn not_landed(&mut self, stats: &mut SocketStats) {
+        self.since_landed += 1;
+        if self.since_landed >= LANDING_OFF_AFTER {
+            self.landing_on = false;
+            stats.landing_switches += 1;
+        }
+    }
+
+    /// Landing goes on when a datagram that could have landed arrives the
+    /// ordinary way ([`landable`]).
+    fn landing_goes_on(&mut self, stats: &mut SocketStats) {
+        if !self.landing_on {
+            self.landing_on = true;
+            self.since_landed = 0;
+            stats.landing_switches += 1;
+        }
     }
 
     /// Switches UDP GRO on when packets of multi-packet messages arrive and
@@ -612,6 +807,15 @@ impl RxBatch {
             }
         }
     }
+}
+
+/// Whether a datagram received the ordinary way (cut into `seg`-byte
+/// packets) could have landed: one packet of a multi-packet message, of
+/// [`LANDING_MIN_BYTES`] or more.
+fn landable(data: &[u8], seg: usize) -> bool {
+    data.len() >= LANDING_MIN_BYTES
+        && data.len() <= seg
+        && homa_proto::wire::is_multi_packet_data(data)
 }
 
 /// What a receive call that returned an error means: nothing queued (or a
@@ -751,7 +955,12 @@ impl TxQueue {
     pub(crate) fn next_buf(&mut self) -> &mut Vec<u8> {
         let i = self.used_bufs;
         if i == self.bufs.len() {
-            self.bufs.push(Vec::with_capacity(self.packet_size));
+            // Room for a control packet or a short message; a buffer that
+            // ever holds a whole large packet grows once and keeps it (with
+            // 65,000-byte loopback packets, a full-size buffer for every
+            // grant would cost far more memory than it saves).
+            self.bufs
+                .push(Vec::with_capacity(self.packet_size.min(SMALL_TX_BUF)));
         }
         &mut self.bufs[i]
     }
@@ -1056,10 +1265,18 @@ impl TxQueue {
         // sit in place in a send buffer are sent from there (consecutive runs
         // of one buffer are adjacent in memory and merge), the others are
         // gathered, headers and payload back to back, into the staging
-        // buffer. Pointers into staging are taken only once it is complete
-        // (one full queue fits without growing it).
+        // buffer. Pointers into staging are taken only once it is complete;
+        // it is sized once for what these groups stage, and keeps its
+        // capacity from call to call.
         self.staging.clear();
-        self.staging.reserve(self.capacity * self.packet_size);
+        let staged: usize = self
+            .groups
+            .iter()
+            .flat_map(|&(a, b)| &self.meta[a..b])
+            .filter(|m| m.head_len != 0)
+            .map(|m| m.len)
+            .sum();
+        self.staging.reserve(staged);
         // (in place, address or staging offset, length)
         self.pieces.clear();
         self.group_pieces.clear();

@@ -232,6 +232,66 @@ pub(crate) fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The MTU of the network interface that holds `ip` (for a loopback
+/// address, of the loopback interface, which holds all of `127.0.0.0/8`),
+/// or `None` for a wildcard address or one no interface holds.
+pub(crate) fn interface_mtu(ip: std::net::IpAddr) -> Option<usize> {
+    if ip.is_unspecified() {
+        return None;
+    }
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list we free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut name = None;
+    let mut ifa = list;
+    while !ifa.is_null() {
+        // SAFETY: a node of the list getifaddrs returned, not yet freed.
+        let node = unsafe { &*ifa };
+        ifa = node.ifa_next;
+        let holds = if ip.is_loopback() {
+            node.ifa_flags & libc::IFF_LOOPBACK as libc::c_uint != 0
+        } else if node.ifa_addr.is_null() {
+            false
+        } else {
+            // SAFETY: ifa_addr points at a sockaddr of the family it names,
+            // which fits in sockaddr_storage.
+            let storage = unsafe {
+                let mut st: libc::sockaddr_storage = mem::zeroed();
+                let len = match (*node.ifa_addr).sa_family as libc::c_int {
+                    libc::AF_INET => mem::size_of::<libc::sockaddr_in>(),
+                    libc::AF_INET6 => mem::size_of::<libc::sockaddr_in6>(),
+                    _ => 0,
+                };
+                std::ptr::copy_nonoverlapping(
+                    node.ifa_addr as *const u8,
+                    &mut st as *mut _ as *mut u8,
+                    len,
+                );
+                (st, len)
+            };
+            storage.1 > 0
+                && read_sockaddr(&storage.0, storage.1 as libc::socklen_t)
+                    .is_some_and(|a| a.ip() == ip)
+        };
+        if holds && !node.ifa_name.is_null() {
+            // SAFETY: ifa_name is a NUL-terminated string in the list.
+            let s = unsafe { std::ffi::CStr::from_ptr(node.ifa_name) };
+            name = Some(s.to_string_lossy().into_owned());
+            break;
+        }
+    }
+    // SAFETY: the list from getifaddrs, freed once; no node is used after.
+    unsafe { libc::freeifaddrs(list) };
+    let name = name?;
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,6 +42,7 @@ pub fn reencode(d: &Decoded<'_>, out: &mut Vec<u8>, checksum: bool) {
 /// input is also split as a GRO datagram (see [`check_split`]).
 pub fn check_decode(data: &[u8]) {
     check_split(data);
+    check_data_head(data);
     let required = wire::verify_checksum(data, true);
     let optional = wire::verify_checksum(data, false);
     assert!(
@@ -75,6 +76,37 @@ pub fn check_decode(data: &[u8]) {
             out == data,
             "checksum verdict disagrees with the encoder"
         );
+    }
+}
+
+/// `wire::decode_data_head` (a landing driver's view: the first 56 bytes and
+/// the datagram's length) never panics, and accepts exactly the DATA
+/// packets without padding or checksum that `wire::decode` accepts, with the
+/// same headers and payload length.
+pub fn check_data_head(data: &[u8]) {
+    let head = &data[..data.len().min(wire::DATA_PACKET_OVERHEAD)];
+    let landed = wire::decode_data_head(head, data.len());
+    // Any claimed length, too: nothing panics.
+    let _ = wire::decode_data_head(head, data.len().wrapping_mul(7) % 70_000);
+    let whole = wire::decode(data);
+    let landable = data.len() >= wire::DATA_PACKET_OVERHEAD && data[3] == 0 && data[4..8] == [0; 4];
+    match (&whole, landed) {
+        (Ok(d), Ok((c, h, n))) => match &d.packet {
+            wire::Packet::Data { header, payload } => {
+                assert_eq!((d.common, *header, payload.len()), (c, h, n));
+            }
+            other => panic!("decode_data_head accepted a {:?}", other.packet_type()),
+        },
+        (Ok(d), Err(_)) => assert!(
+            d.packet.packet_type() != wire::PacketType::Data || !landable,
+            "a landable DATA packet refused: {d:?}"
+        ),
+        (Err(_), Ok(_)) => {
+            // Only the payload's own bytes can make decode refuse what the
+            // headers allow, and without padding there are none to check.
+            panic!("decode_data_head accepted what decode refuses: {whole:?}")
+        }
+        (Err(_), Err(_)) => {}
     }
 }
 

@@ -119,9 +119,9 @@ pub struct EndpointStats {
 /// server of, the peers it talks to, its receive pool and its transmit queues.
 ///
 /// Each concern is a struct of its own that keeps its own invariants (see
-/// each one's docs); the endpoint wires them together, and the four files
-/// of its `impl` (this one, `incoming.rs`, `outgoing.rs`, `timer.rs`) call
-/// their methods rather than reach into their state.
+/// each one's docs); the endpoint wires them together, and the files of
+/// its `impl` (this one, `incoming.rs`, `landing.rs`, `outgoing.rs`,
+/// `timer.rs`) call their methods rather than reach into their state.
 #[repr(C, align(64))]
 pub struct Endpoint {
     // Laid out by use (`repr(C)`, line-aligned, hottest first): in a

@@ -551,9 +551,109 @@ impl Config {
     }
 }
 
+/// What an endpoint derives from its [`Config`] once, at creation, and then
+/// only reads: kept apart from the `Config` so that the per-packet paths
+/// read a few words instead of recomputing them.
+// `repr(C)`: the per-packet values first, the cutoffs (read per message
+// and per CUTOFFS) last.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct Derived {
+    data_per_packet: u32,
+    unsched_bytes: u32,
+    top_priority: u8,
+    keepalive_ns: u64,
+    cutoffs: [u32; MAX_PRIORITIES],
+}
+
+impl Derived {
+    pub fn new(config: &Config) -> Derived {
+        Derived {
+            data_per_packet: config.max_data_per_packet() as u32,
+            unsched_bytes: config.effective_unsched_bytes(),
+            top_priority: config.priority_levels - 1,
+            keepalive_ns: (config.rpc_timeout_ns / 4).max(config.resend_interval_ns),
+            cutoffs: config.cutoff_table(),
+        }
+    }
+
+    /// Payload bytes of a full DATA packet (`Config::max_data_per_packet`).
+    #[inline(always)]
+    pub fn data_per_packet(&self) -> u32 {
+        self.data_per_packet
+    }
+
+    /// Bytes of a message sent before any grant
+    /// (`Config::effective_unsched_bytes`).
+    #[inline(always)]
+    pub fn unsched_bytes(&self) -> u32 {
+        self.unsched_bytes
+    }
+
+    /// The highest priority level: control packets, and RESENDs of a
+    /// request's unscheduled bytes.
+    #[inline]
+    pub fn top_priority(&self) -> u8 {
+        self.top_priority
+    }
+
+    /// Silence after which we tell a peer waiting on us that we are alive
+    /// (BUSY): a quarter of the RPC timeout, at least a resend interval.
+    #[inline]
+    pub fn keepalive_ns(&self) -> u64 {
+        self.keepalive_ns
+    }
+
+    /// Our unscheduled cutoffs (`Config::cutoff_table`), as CUTOFFS
+    /// announces them.
+    #[inline]
+    pub fn cutoffs(&self) -> &[u32; MAX_PRIORITIES] {
+        &self.cutoffs
+    }
+
+    /// Our own unscheduled priority for an incoming message of `len` bytes
+    /// (used when asking for its unscheduled bytes again): the highest
+    /// level whose cutoff admits it.
+    pub fn unsched_level(&self, len: u32) -> u8 {
+        (0..self.cutoffs.len())
+            .rev()
+            .find(|&i| self.cutoffs[i] >= len && self.cutoffs[i] != 0)
+            .unwrap_or(0) as u8
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_endpoints_derived_values_follow_its_config() {
+        let c = Config {
+            priority_levels: 4,
+            unsched_priorities: 2,
+            unsched_cutoffs: [1_000, 10_000, 0, 0, 0, 0, 0, 0],
+            rpc_timeout_ns: 100_000_000,
+            resend_interval_ns: 1_000_000,
+            ..Config::default()
+        };
+        let d = Derived::new(&c);
+        assert_eq!(d.data_per_packet(), 1416);
+        assert_eq!(d.unsched_bytes(), 62_500);
+        assert_eq!(d.top_priority(), 3);
+        assert_eq!(d.keepalive_ns(), 25_000_000);
+        // Levels 3 and 2 unscheduled: up to 1,000 bytes at 3, the rest at 2.
+        assert_eq!(d.cutoffs(), &[0, 0, u32::MAX, 1_000, 0, 0, 0, 0]);
+        assert_eq!(d.unsched_level(1), 3);
+        assert_eq!(d.unsched_level(1_000), 3);
+        assert_eq!(d.unsched_level(1_001), 2);
+        assert_eq!(d.unsched_level(u32::MAX), 2);
+        // A short RPC timeout: keep-alives every resend interval.
+        let c = Config {
+            rpc_timeout_ns: 2_000_000,
+            ..c
+        };
+        assert_eq!(Derived::new(&c).keepalive_ns(), 1_000_000);
+    }
 
     #[test]
     fn defaults_are_valid_and_derived_values_match_the_docs() {

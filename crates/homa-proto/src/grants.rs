@@ -1,26 +1,35 @@
-//! The receiver's grant budget (`docs/protocol.md` §4.3–4.4): how many
-//! scheduled bytes are granted but not yet received, the cap on them, the
-//! window each message gets, the priority of each rank, the FIFO share's
-//! credit, and whether a grant pass is owed. The SRPT order of the messages
-//! that need grants (`Endpoint::grantable`) and the pass over it
-//! (`Endpoint::update_grants`, incoming.rs) use this arithmetic.
+//! The receiver's grants (`docs/protocol.md` §4.3–4.4): which incoming
+//! messages still need grants, in SRPT order and by age; how many scheduled
+//! bytes are granted but not yet received, the cap on them, the window each
+//! message gets, the priority of each rank, the FIFO share's credit, and
+//! whether a grant pass is owed. The pass itself (`Endpoint::update_grants`,
+//! incoming.rs) walks the top of this queue and raises each message's grant
+//! with this arithmetic.
 
 use crate::config::Config;
 use crate::fifo::FifoCredit;
+use crate::rpc::RpcKey;
+use crate::srpt::SrptQueue;
 
-/// Invariants: `incoming` is the sum of `InMsg::outstanding()` over the
-/// incoming messages that have pool space (kept by the endpoint through
+/// Invariants: `queue` and `by_age` hold the same messages (an entry
+/// `(remaining, birth, key)` in one, `(birth, key)` in the other; the
+/// endpoint keeps `remaining` in `InMsg::grant_key`, the entry's key): the
+/// incoming messages with pool space that are not yet granted in full;
+/// `incoming` is the sum of `InMsg::outstanding()` over the incoming
+/// messages that have pool space (kept by the endpoint through
 /// [`Self::track`], [`Self::add`] and [`Self::remove`]); grants other than
 /// FIFO grants never take it beyond `max_incoming`; `settled` is only true
-/// while a grant pass would grant nothing.
-#[derive(Clone, Copy, Debug)]
+/// while a grant pass would grant nothing; the FIFO credit is at most two
+/// quanta.
 pub(crate) struct Grants {
     /// Sum over incoming messages of granted-but-not-received bytes.
     incoming: u64,
     /// Cap on `incoming` (`Config::effective_max_incoming`).
     max_incoming: u64,
     /// Credit towards the oldest message's next grant.
-    pub fifo: FifoCredit,
+    fifo: FifoCredit,
+    /// `Config::grant_fifo_permille`.
+    fifo_permille: u32,
     /// Bytes a message may have granted beyond what it has received.
     window: u32,
     /// Priority levels for scheduled packets (at least 1).
@@ -35,6 +44,12 @@ pub(crate) struct Grants {
     /// frees) skip the pass, which reads the top grantable RPCs' (cold)
     /// slab entries.
     settled: bool,
+    /// Messages that need grants: (remaining bytes, birth, key).
+    queue: SrptQueue,
+    /// The same messages by age.
+    by_age: SrptQueue<(u64, RpcKey)>,
+    /// The keys a pass works on (kept to reuse its allocation).
+    top: Vec<RpcKey>,
 }
 
 impl Grants {
@@ -43,6 +58,7 @@ impl Grants {
             incoming: 0,
             max_incoming: config.effective_max_incoming(),
             fifo: FifoCredit::default(),
+            fifo_permille: config.grant_fifo_permille,
             window: config.effective_grant_window(),
             sched_levels: config
                 .priority_levels
@@ -51,7 +67,93 @@ impl Grants {
             deferred: false,
             dirty: false,
             settled: true,
+            queue: SrptQueue::default(),
+            by_age: SrptQueue::default(),
+            top: Vec::new(),
         }
+    }
+
+    /// Adds a message with `remaining` bytes still to receive that needs
+    /// grants.
+    #[inline]
+    pub fn enqueue(&mut self, remaining: u32, birth: u64, key: RpcKey) {
+        self.queue.insert((remaining, birth, key));
+        self.by_age.insert((birth, key));
+    }
+
+    /// Removes a message queued under `remaining` (granted in full, complete
+    /// or dropped).
+    #[inline]
+    pub fn dequeue(&mut self, remaining: u32, birth: u64, key: RpcKey) {
+        self.queue.remove(&(remaining, birth, key));
+        self.by_age.remove(&(birth, key));
+    }
+
+    /// A message queued under `old` now has `remaining` bytes left to receive.
+    #[inline(always)]
+    pub fn requeue(&mut self, old: u32, birth: u64, key: RpcKey, remaining: u32) {
+        self.queue.update(&(old, birth, key), remaining);
+    }
+
+    /// Whether some message needs grants.
+    #[inline(always)]
+    pub fn any_grantable(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// Messages that need grants.
+    #[inline]
+    pub fn grantable(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The `k` messages with the fewest remaining bytes (the ones a pass
+    /// grants to), shortest first; give the list back with
+    /// [`Self::return_top`].
+    #[inline]
+    pub fn take_top(&mut self, k: usize) -> Vec<RpcKey> {
+        let mut top = std::mem::take(&mut self.top);
+        top.clear();
+        top.extend(self.queue.iter().take(k).map(|e| e.2));
+        top
+    }
+
+    /// Gives back the list of [`Self::take_top`] (to reuse its allocation).
+    #[inline]
+    pub fn return_top(&mut self, top: Vec<RpcKey>) {
+        self.top = top;
+    }
+
+    /// The oldest message that needs grants.
+    #[inline]
+    pub fn oldest(&self) -> Option<RpcKey> {
+        self.by_age.first().map(|e| e.1)
+    }
+
+    /// A grant of `bytes` went to a message by SRPT while some message was
+    /// left out: the FIFO share earns its part.
+    #[inline]
+    pub fn accrue_fifo(&mut self, bytes: u64) {
+        let q = self.fifo_quantum();
+        self.fifo.accrue(bytes, self.fifo_permille, q);
+    }
+
+    /// Whether the FIFO share has earned a grant to the oldest message.
+    #[inline]
+    pub fn fifo_due(&self) -> bool {
+        self.fifo_permille > 0 && self.fifo.due(self.fifo_quantum())
+    }
+
+    /// Pays for a FIFO grant.
+    #[inline]
+    pub fn spend_fifo(&mut self) {
+        self.fifo.spend(self.fifo_quantum());
+    }
+
+    /// Forgets the FIFO credit (the oldest message is granted to anyway).
+    #[inline]
+    pub fn clear_fifo(&mut self) {
+        self.fifo.clear();
     }
 
     /// Granted bytes not yet received, over all incoming messages.
@@ -80,7 +182,7 @@ impl Grants {
 
     /// The FIFO share's quantum: one window.
     #[inline]
-    pub fn fifo_quantum(&self) -> u64 {
+    fn fifo_quantum(&self) -> u64 {
         FifoCredit::quantum(self.window)
     }
 

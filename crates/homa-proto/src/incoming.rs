@@ -51,7 +51,7 @@ impl Endpoint {
         if c.from_client && h.ack != 0 && h.ack != c.rpc_id {
             if let Some(pk) = pk {
                 if self.config.defer_acks {
-                    // Applied after the reply has gone out (`deferred_acks`).
+                    // Applied after the reply has gone out (`Deferred`).
                     self.defer_ack(now, from, h.ack);
                 } else {
                     self.handle_ack_id(now, pk, h.ack);
@@ -86,10 +86,10 @@ impl Endpoint {
         };
         crate::trace_point!("engine: rpc found");
         if h.cutoff_version != self.config.cutoff_version {
-            let pk = self.rpcs[key as usize].as_ref().unwrap().peer_key;
+            let pk = self.rpcs[key].peer_key;
             self.maybe_send_cutoffs(now, from, pk, c);
         }
-        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let rpc = &mut self.rpcs[key];
         rpc.heard(now);
         if rpc.inc.is_none() {
             let receiving = match rpc.state {
@@ -107,7 +107,7 @@ impl Endpoint {
                 self.fail_client(now, key, RpcError::ResponseTooLong);
                 return;
             }
-            let rpc = self.rpcs[key as usize].as_mut().unwrap();
+            let rpc = &mut self.rpcs[key];
             rpc.restarts = 0;
             if rpc.is_client {
                 // The server has all of our request: stop sending it.
@@ -131,11 +131,11 @@ impl Endpoint {
                 }
                 // No room: the general path below waits for the pool.
             }
-            let priority = self.unsched_level(h.message_length);
-            let rpc = self.rpcs[key as usize].as_mut().unwrap();
+            let priority = self.derived.unsched_level(h.message_length);
+            let rpc = &mut self.rpcs[key];
             rpc.inc = Some(InMsg::new(h.message_length, h.unsched_bytes, priority));
         }
-        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         let inc = rpc.inc.as_mut().unwrap();
         if inc.len != h.message_length {
@@ -156,7 +156,7 @@ impl Endpoint {
                 None => {
                     inc.waiting_for_pool = true;
                     inc.pool_wait_since = now;
-                    self.pool_waiters.insert((inc.len, birth, key));
+                    self.pool_waiters.add((inc.len, birth, key));
                     self.metrics.pool_waits += 1;
                     self.metrics.drop(DropReason::PoolExhausted);
                     return;
@@ -167,7 +167,7 @@ impl Endpoint {
                 return;
             }
         }
-        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let rpc = &mut self.rpcs[key];
         let inc = rpc.inc.as_mut().unwrap();
         if inc.complete() {
             self.metrics.drop(DropReason::Duplicate);
@@ -207,12 +207,11 @@ impl Endpoint {
             debug_assert_eq!(remaining, old_remaining);
             let new_remaining = inc.len - inc.bytes_received;
             inc.grant_key = Some(new_remaining);
-            self.grantable
-                .update(&(remaining, birth, key), new_remaining);
+            self.grants.requeue(remaining, birth, key, new_remaining);
         }
         // New data may have moved this message in the SRPT order or freed room
         // under `max_incoming` for another one.
-        if self.grants.pass_now() && !self.grantable.is_empty() {
+        if self.grants.pass_now() && self.grants.any_grantable() {
             self.update_grants(now);
         }
     }
@@ -231,7 +230,7 @@ impl Endpoint {
         let mut pk = None;
         // A held-back acknowledgement may free the room a limit needs.
         if self.has_deferred()
-            && (self.server_rpc_count >= self.config.max_server_rpcs
+            && (self.rpcs.servers() >= self.config.max_server_rpcs
                 || (known.is_none() && self.peers.len() >= self.config.max_peers)
                 || known.is_some_and(|k| {
                     self.peers[k].server_rpcs as usize >= self.config.max_server_rpcs_per_peer
@@ -241,7 +240,7 @@ impl Endpoint {
         }
         let reason = if h.message_length > self.config.max_message_length {
             Some(DropReason::MessageTooLong)
-        } else if self.server_rpc_count >= self.config.max_server_rpcs {
+        } else if self.rpcs.servers() >= self.config.max_server_rpcs {
             Some(DropReason::TooManyRpcs)
         } else {
             pk = known.or_else(|| self.ensure_peer(now, from));
@@ -289,18 +288,9 @@ impl Endpoint {
         });
     }
 
-    /// Our own unscheduled priority for an incoming message of `len` bytes (used
-    /// when asking for its unscheduled bytes again).
-    pub(crate) fn unsched_level(&self, len: u32) -> u8 {
-        (0..self.my_cutoffs.len())
-            .rev()
-            .find(|&i| self.my_cutoffs[i] >= len && self.my_cutoffs[i] != 0)
-            .unwrap_or(0) as u8
-    }
-
     /// A message just got its pool space: start granting if it needs grants.
     fn after_alloc(&mut self, key: RpcKey) {
-        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         let inc = rpc.inc.as_mut().unwrap();
         self.grants.add(inc.outstanding());
@@ -308,18 +298,17 @@ impl Endpoint {
         if inc.granted < inc.len && inc.grant_key.is_none() {
             let remaining = inc.len - inc.bytes_received;
             inc.grant_key = Some(remaining);
-            self.grantable.insert((remaining, birth, key));
-            self.grantable_by_age.insert((birth, key));
+            self.grants.enqueue(remaining, birth, key);
         }
     }
 
+    #[inline]
     fn remove_from_grantable(&mut self, key: RpcKey) {
-        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         if let Some(inc) = rpc.inc.as_mut() {
             if let Some(remaining) = inc.grant_key.take() {
-                self.grantable.remove(&(remaining, birth, key));
-                self.grantable_by_age.remove(&(birth, key));
+                self.grants.dequeue(remaining, birth, key);
                 self.grants.unsettle();
             }
         }
@@ -328,7 +317,7 @@ impl Endpoint {
     /// Drops RPC `key`'s incoming message (if any) and returns its pool space.
     pub(crate) fn remove_incoming(&mut self, key: RpcKey) {
         self.remove_from_grantable(key);
-        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         if let Some(inc) = rpc.inc.take() {
             self.grants.unsettle();
@@ -345,7 +334,7 @@ impl Endpoint {
     /// A message is complete: hand it to the application.
     fn finish_incoming(&mut self, now: Time, key: RpcKey) {
         self.remove_from_grantable(key);
-        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let rpc = &mut self.rpcs[key];
         // Take only what is needed; dropping the rest in place spares
         // copying the whole (112-byte) InMsg out.
         let inc = rpc.inc.as_mut().unwrap();
@@ -359,7 +348,7 @@ impl Endpoint {
     /// Hands RPC `key`'s complete incoming message to the application (its
     /// reassembly state, if it had any, is gone already).
     fn deliver(&mut self, now: Time, key: RpcKey, message: crate::pool::Message) {
-        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let rpc = &mut self.rpcs[key];
         if rpc.is_client {
             let (id, peer, pk) = (rpc.id, rpc.peer, rpc.peer_key);
             // A request sent from a send buffer frees at once: the buffer is
@@ -392,12 +381,13 @@ impl Endpoint {
             }
         } else {
             rpc.state = RpcState::ServerInService;
-            self.last_request = key;
+            let handle = ServerRpc {
+                peer: rpc.peer,
+                id: rpc.id,
+            };
+            self.rpcs.set_latest_request(key);
             self.events.push_back(Event::Request {
-                rpc: ServerRpc {
-                    peer: rpc.peer,
-                    id: rpc.id,
-                },
+                rpc: handle,
                 message,
             });
             self.metrics.requests_delivered += 1;
@@ -407,7 +397,7 @@ impl Endpoint {
 
     /// Fails a client RPC and forgets it.
     pub(crate) fn fail_client(&mut self, now: Time, key: RpcKey, error: RpcError) {
-        let id = self.rpcs[key as usize].as_ref().unwrap().id;
+        let id = self.rpcs[key].id;
         self.events.push_back(Event::Failed {
             id: RpcId(id),
             error,
@@ -427,49 +417,41 @@ impl Endpoint {
     /// credit, which a second pass would zero again), so until something
     /// else changes (see `Grants::is_settled`) another pass would do nothing.
     pub(crate) fn update_grants(&mut self, _now: Time) -> bool {
-        if self.grantable.is_empty() {
+        if !self.grants.any_grantable() {
             self.grants.settle(false);
             return false;
         }
         let mut any = false;
         let k = self.config.max_overcommit;
-        let mut top = std::mem::take(&mut self.scratch_keys);
-        top.clear();
-        top.extend(self.grantable.iter().take(k).map(|e| e.2));
+        let top = self.grants.take_top(k);
         let n = top.len();
-        let fifo_quantum = self.grants.fifo_quantum();
-        let competing = self.grantable.len() > k;
+        let competing = self.grants.grantable() > k;
         for (rank, &key) in top.iter().enumerate() {
             let level = self.grants.level(rank, n);
             let granted = self.grant_one(key, level, false);
             any |= granted > 0;
             if competing {
                 // Credit accrues only while some message is left out.
-                self.grants.fifo.accrue(
-                    granted as u64,
-                    self.config.grant_fifo_permille,
-                    fifo_quantum,
-                );
+                self.grants.accrue_fifo(granted as u64);
             }
         }
-        if self.config.grant_fifo_permille > 0
-            && self.grants.fifo.due(fifo_quantum)
-            && self.grantable.len() > k
-        {
-            let oldest = self.grantable_by_age.first().unwrap().1;
-            let idle = self.rpcs[oldest as usize]
-                .as_ref()
+        // Messages granted in full above have left the queue: count again.
+        if self.grants.fifo_due() && self.grants.grantable() > k {
+            let oldest = self.grants.oldest().unwrap();
+            let idle = self
+                .rpcs
+                .get(oldest)
                 .and_then(|r| r.inc.as_ref())
                 .is_some_and(|m| m.outstanding() == 0);
             if top.contains(&oldest) {
                 // The oldest is already being served; don't let credit pile up.
-                self.grants.fifo.clear();
+                self.grants.clear_fifo();
             } else if idle && self.grant_one(oldest, 0, true) > 0 {
-                self.grants.fifo.spend(fifo_quantum);
+                self.grants.spend_fifo();
                 any = true;
             }
         }
-        self.scratch_keys = top;
+        self.grants.return_top(top);
         self.grants.settle(any);
         any
     }
@@ -477,8 +459,8 @@ impl Endpoint {
     /// Raises one message's grant by up to a window; returns the bytes granted.
     /// Changes nothing when it returns 0 (see `update_grants`).
     fn grant_one(&mut self, key: RpcKey, priority: u8, fifo: bool) -> u32 {
-        let dpp = self.data_per_packet;
-        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let dpp = self.derived.data_per_packet();
+        let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         let inc = rpc.inc.as_mut().unwrap();
         let base = if fifo {
@@ -499,15 +481,14 @@ impl Endpoint {
         self.grants.track(old, inc.outstanding());
         if target >= inc.len {
             let remaining = inc.grant_key.take().unwrap();
-            self.grantable.remove(&(remaining, birth, key));
-            self.grantable_by_age.remove(&(birth, key));
+            self.grants.dequeue(remaining, birth, key);
         }
         self.metrics.granted_bytes += delta as u64;
         // One GRANT in the queue per message at a time: it carries whatever
         // the grant is when it is sent, so a burst of arrivals (a GRO batch)
         // costs one GRANT, not one per packet.
         if !inc.grant_queued {
-            if self.control.len() < crate::endpoint::MAX_CONTROL_QUEUE {
+            if self.control.has_room() {
                 inc.grant_queued = true;
                 self.control_for(key, ControlBody::GrantFor(key));
             } else {
@@ -520,12 +501,8 @@ impl Endpoint {
     /// Gives freed pool space to waiting messages, shortest first, and asks
     /// their senders to start again from the beginning.
     pub(crate) fn check_pool_waiters(&mut self, now: Time) {
-        while let Some(&(len, birth, key)) = self.pool_waiters.first() {
-            let Some(alloc) = self.pool.allocate(len as usize) else {
-                break;
-            };
-            self.pool_waiters.remove(&(len, birth, key));
-            let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        while let Some(((len, _, key), alloc)) = self.pool_waiters.admit(&mut self.pool) {
+            let rpc = &mut self.rpcs[key];
             rpc.last_heard = now;
             rpc.last_prod = now;
             let inc = rpc.inc.as_mut().unwrap();

@@ -52,7 +52,7 @@ impl Endpoint {
         head: &[u8],
         datagram_len: usize,
     ) -> Option<LandingSite<'_>> {
-        if self.shut_down || self.config.require_checksum || self.config.discard_payload {
+        if self.is_shut_down() || self.config.require_checksum || self.config.discard_payload {
             return None;
         }
         let (c, h, len) = wire::decode_data_head(head, datagram_len).ok()?;
@@ -68,7 +68,7 @@ impl Endpoint {
         } else {
             self.lookup(Some(pk), &c)?
         };
-        let rpc = self.rpcs[key as usize].as_ref()?;
+        let rpc = self.rpcs.get(key)?;
         let inc = rpc.inc.as_ref()?;
         let alloc = inc.alloc.as_ref()?;
         if inc.len != h.message_length
@@ -90,9 +90,9 @@ impl Endpoint {
     /// received. Otherwise the same as [`Self::handle_datagram`].
     pub fn handle_landed(&mut self, now: Time, from: SocketAddr, head: &[u8], datagram_len: usize) {
         self.run_deferred(now);
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         self.metrics.bytes_received += datagram_len as u64;
-        if self.shut_down {
+        if self.is_shut_down() {
             return;
         }
         let Ok((c, h, len)) = wire::decode_data_head(head, datagram_len) else {

@@ -48,6 +48,8 @@
 
 pub mod config;
 mod config_setters;
+mod control;
+mod deferred;
 pub mod driver;
 mod endpoint;
 mod fifo;
@@ -61,6 +63,8 @@ mod peer;
 pub mod pool;
 pub mod priorities;
 mod rpc;
+mod rpc_table;
+mod send_queue;
 pub mod sendbuf;
 mod servers;
 mod srpt;
@@ -69,6 +73,7 @@ pub mod time;
 mod timer;
 mod tombstones;
 pub mod trace;
+mod waiters;
 pub mod wire;
 
 pub use config::{Config, ConfigError, NetworkProfile, PadWindow};

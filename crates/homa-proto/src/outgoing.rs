@@ -1,11 +1,11 @@
 //! Sender side: SRPT transmit order, the NIC queue estimator (pacer), grants
 //! received, and retransmission on RESEND.
 
-use crate::endpoint::{ControlBody, Endpoint, Transmit};
-use crate::fifo::FifoCredit;
+use crate::endpoint::{Control, ControlBody, Endpoint, Transmit};
 use crate::metrics::DropReason;
 use crate::peer::PeerKey;
 use crate::rpc::{OutMsg, RpcKey};
+use crate::send_queue::Choice;
 use crate::sendbuf::SENDBUF_HEAD;
 use crate::time::Time;
 use crate::wire::{self, Body, CommonHeader, DataHeader, PacketType, DATA_PACKET_OVERHEAD};
@@ -41,6 +41,18 @@ impl Burst {
         let end = ((i + 1) * self.segment).min(self.payload.len());
         &self.payload[start..end]
     }
+}
+
+/// The state of a `poll_transmit_split` call in progress. Invariant:
+/// `payload` is `None` outside one (it is set by the packet built inside
+/// and taken when the call returns).
+#[derive(Default)]
+pub(crate) struct Split {
+    /// Inside `poll_transmit_split`: DATA payloads are handed back, not
+    /// copied into the caller's buffer.
+    on: bool,
+    /// The payload handed back.
+    payload: Option<bytes::Bytes>,
 }
 
 /// Payloads up to this long are copied into the packet by
@@ -79,32 +91,30 @@ impl Endpoint {
     /// send, or takes it out if not, keyed by its current remaining bytes.
     pub(crate) fn requeue_out(&mut self, key: RpcKey) {
         self.unqueue_out(key);
-        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         if let Some(out) = rpc.out.as_mut() {
             if out.sendable() {
                 out.queued = Some(out.remaining());
-                self.sendable.insert((out.remaining(), birth, key));
-                self.sendable_by_age.insert((birth, key));
+                self.sends.insert(out.remaining(), birth, key);
             }
         }
     }
 
     /// The outgoing message of live RPC `key`, which must have one.
     fn out_msg(&self, key: RpcKey) -> &OutMsg {
-        self.rpcs[key as usize]
+        self.rpcs[key]
+            .out
             .as_ref()
-            .and_then(|r| r.out.as_ref())
             .expect("live RPC with an outgoing message")
     }
 
     pub(crate) fn unqueue_out(&mut self, key: RpcKey) {
-        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         if let Some(out) = rpc.out.as_mut() {
             if let Some(remaining) = out.queued.take() {
-                self.sendable.remove(&(remaining, birth, key));
-                self.sendable_by_age.remove(&(birth, key));
+                self.sends.remove(remaining, birth, key);
             }
         }
     }
@@ -112,7 +122,7 @@ impl Endpoint {
     /// See [`crate::driver::FastPath::may_transmit`].
     #[inline]
     pub(crate) fn may_transmit(&self) -> bool {
-        !self.control.is_empty() || !self.retx_queue.is_empty() || !self.sendable.is_empty()
+        !self.control.is_empty() || !self.sends.is_empty()
     }
 
     /// Writes the next datagram to send into `buf` (cleared first), or returns
@@ -126,7 +136,7 @@ impl Endpoint {
     /// (or, for `pacer_fifo_permille` of the bytes, the oldest message).
     pub fn poll_transmit(&mut self, now: Time, buf: &mut Vec<u8>) -> Option<Transmit> {
         buf.clear();
-        while let Some(mut c) = self.control.pop_front() {
+        while let Some(mut c) = self.control.pop() {
             let mut pk = None;
             if let ControlBody::GrantFor(key) = c.body {
                 match self.resolve_grant(key, &c) {
@@ -141,50 +151,51 @@ impl Endpoint {
                     self.peers.info_mut(k).cutoffs_sent_at = Some(now);
                 }
             }
-            let priority = self.top_priority;
+            let priority = self.derived.top_priority();
             return Some(self.account(now, ptype, c.dest, priority, buf.len()));
         }
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         let pacer_open = self.pacer.is_open(now);
         if pacer_open {
-            while let Some(&key) = self.retx_queue.front() {
+            while let Some(key) = self.sends.retx_front() {
                 if let Some(t) = self.send_retransmit(now, key, buf) {
                     return Some(t);
                 }
-                self.retx_queue.pop_front();
+                self.sends.pop_retx();
             }
         }
-        let (key, first, fifo_turn) = self.data_choice(pacer_open)?;
+        let Choice {
+            key,
+            first,
+            fifo_turn,
+        } = self.data_choice(pacer_open)?;
         if fifo_turn {
-            self.pacer_fifo_credit
-                .spend(FifoCredit::quantum(self.data_per_packet));
+            self.sends.spend_fifo_turn();
         }
         let t = self.send_chosen(now, key, first, false, buf);
-        self.burst_key = Some(key);
+        self.sends.set_last_new(key);
         Some(t)
     }
 
     /// The message whose next new packet goes now, once control packets and
-    /// retransmissions have had their turn: `(message, SRPT head, whether it
-    /// is the FIFO share's turn)`. With the pacer closed only a message short
-    /// enough to bypass it may go. No side effects: `poll_transmit` takes the
-    /// FIFO credit, and bursts use it to check that nothing else would go.
-    fn data_choice(&self, pacer_open: bool) -> Option<(RpcKey, RpcKey, bool)> {
-        let &(_, _, first) = self.sendable.first()?;
+    /// retransmissions have had their turn (see [`Choice`]). With the pacer
+    /// closed only a message short enough to bypass it may go. No side
+    /// effects: `poll_transmit` takes the FIFO credit, and bursts use it to
+    /// check that nothing else would go.
+    // Inlined into its two callers (`poll_transmit`, `burst_continues`): a
+    // call per packet costs ~18 instructions (`proto_bench stream`).
+    #[inline(always)]
+    fn data_choice(&self, pacer_open: bool) -> Option<Choice> {
         if pacer_open {
-            let oldest = self.sendable_by_age.first().unwrap().1;
-            let fifo_turn = oldest != first
-                && self
-                    .pacer_fifo_credit
-                    .due(FifoCredit::quantum(self.data_per_packet));
-            Some(if fifo_turn {
-                (oldest, first, true)
-            } else {
-                (first, first, false)
-            })
+            self.sends.choose()
         } else {
+            let first = self.sends.head()?;
             let out = self.out_msg(first);
-            (out.len <= self.config.pacer_bypass_bytes).then_some((first, first, false))
+            (out.len <= self.config.pacer_bypass_bytes).then_some(Choice {
+                key: first,
+                first,
+                fifo_turn: false,
+            })
         }
     }
 
@@ -199,15 +210,11 @@ impl Endpoint {
         headers_only: bool,
         buf: &mut Vec<u8>,
     ) -> Transmit {
-        let competing = self.sendable_by_age.len() > 1;
+        let competing = self.sends.competing();
         let t = self.send_data(now, key, headers_only, buf);
         if key == first && competing {
             // Credit accrues only while another message waits.
-            self.pacer_fifo_credit.accrue(
-                t.len as u64,
-                self.config.pacer_fifo_permille,
-                FifoCredit::quantum(self.data_per_packet),
-            );
+            self.sends.accrue_fifo(t.len as u64);
         }
         t
     }
@@ -221,10 +228,15 @@ impl Endpoint {
             return false;
         }
         let pacer_open = self.pacer.is_open(now);
-        if pacer_open && !self.retx_queue.is_empty() {
+        if pacer_open && self.sends.has_retx() {
             return false;
         }
-        self.data_choice(pacer_open) == Some((key, key, false))
+        self.data_choice(pacer_open)
+            == Some(Choice {
+                key,
+                first: key,
+                fifo_turn: false,
+            })
     }
 
     /// See [`crate::driver::FastPath::poll_transmit_burst`].
@@ -234,7 +246,7 @@ impl Endpoint {
         max_packets: usize,
         buf: &mut Vec<u8>,
     ) -> Option<Burst> {
-        self.burst_key = None;
+        self.sends.take_last_new();
         let (t, payload) = self.poll_transmit_split(now, buf)?;
         crate::trace_point!("engine: first packet built");
         let mut burst = Burst {
@@ -246,7 +258,7 @@ impl Endpoint {
             pad: t.len - buf.len() - payload.len(),
             payload,
         };
-        let Some(key) = self.burst_key.take() else {
+        let Some(key) = self.sends.take_last_new() else {
             return Some(burst);
         };
         // Headers written into a send buffer (none in `buf`): the payload
@@ -259,7 +271,8 @@ impl Endpoint {
         let first_payload = burst.segment - head_in_payload;
         // Only full packets may be followed (GSO: every segment but the last
         // has the same size).
-        if first_payload != self.data_per_packet as usize {
+        let dpp = self.derived.data_per_packet() as usize;
+        if first_payload != dpp {
             return Some(burst);
         }
         let start = {
@@ -277,7 +290,7 @@ impl Endpoint {
             debug_assert_eq!(t.dest, burst.dest);
             debug_assert_eq!(t.priority, burst.priority);
             burst.count += 1;
-            if t.len - burst.header_len - head_in_payload < self.data_per_packet as usize {
+            if t.len - burst.header_len - head_in_payload < dpp {
                 break;
             }
         }
@@ -285,7 +298,7 @@ impl Endpoint {
             let out = self.out_msg(key);
             burst.payload = match out.data.lease() {
                 Some(lease) if head_in_payload > 0 => {
-                    let k = start / self.data_per_packet as usize;
+                    let k = start / dpp;
                     lease.run(k, k + burst.count)
                 }
                 _ => out.data.bytes(start, out.next_offset as usize),
@@ -297,12 +310,8 @@ impl Endpoint {
     /// The GRANT a queued `GrantFor(key)` stands for now, and the peer's key,
     /// if its message is still there (the slot may have been freed, or reused
     /// by another RPC).
-    fn resolve_grant(
-        &mut self,
-        key: RpcKey,
-        c: &crate::endpoint::Control,
-    ) -> Option<(ControlBody, PeerKey)> {
-        let rpc = self.rpcs.get_mut(key as usize)?.as_mut()?;
+    fn resolve_grant(&mut self, key: RpcKey, c: &Control) -> Option<(ControlBody, PeerKey)> {
+        let rpc = self.rpcs.get_mut(key)?;
         if rpc.id != c.rpc_id || rpc.peer != c.dest || rpc.is_client != c.from_client {
             return None;
         }
@@ -354,9 +363,9 @@ impl Endpoint {
         headers_only: bool,
         buf: &mut Vec<u8>,
     ) -> (Transmit, u32) {
-        let rpc = self.rpcs[key as usize].as_ref().unwrap();
+        let rpc = &self.rpcs[key];
         let out = rpc.out.as_ref().unwrap();
-        let dpp = self.data_per_packet;
+        let dpp = self.derived.data_per_packet();
         let mut end = (offset + dpp).min(limit);
         // The packet's index in a send buffer, whose packets are its
         // segments: never cross one.
@@ -384,7 +393,7 @@ impl Endpoint {
             send_time: now.max(1),
             echo_time,
         };
-        let rpc = self.rpcs[key as usize].as_ref().unwrap();
+        let rpc = &self.rpcs[key];
         let out = rpc.out.as_ref().unwrap();
         let header = DataHeader {
             message_length: out.len,
@@ -399,7 +408,7 @@ impl Endpoint {
         // headers apart from payload: the header goes into the buffer's room
         // before the payload, and the packet leaves as one slice of it.
         let in_place = match out.data.lease() {
-            Some(lease) if !retransmit && (headers_only || self.split_mode) => {
+            Some(lease) if !retransmit && (headers_only || self.split.on) => {
                 debug_assert_eq!(offset % dpp, 0, "first transmissions are whole packets");
                 let mut words = wire::data_header_words(&common, &header, payload.len(), 0);
                 if self.config.checksum {
@@ -408,7 +417,7 @@ impl Endpoint {
                 let k = k.expect("a buffer's packet index") as usize;
                 lease.write_header(k, &words);
                 if !headers_only {
-                    self.split_payload = Some(lease.run(k, k + 1));
+                    self.split.payload = Some(lease.run(k, k + 1));
                 }
                 true
             }
@@ -429,11 +438,11 @@ impl Endpoint {
             // copying its few bytes costs less than a handle on the payload
             // (two reference-count updates) and the driver's gather.
             let whole = end == out.len && payload.len() <= WHOLE_MAX_PAYLOAD;
-            if self.split_mode && !whole {
+            if self.split.on && !whole {
                 // The whole packet (headers, payload, padding) is what the
                 // driver sends; the padding is zeros it appends (`Burst`).
                 wire::encode_headers_padded(buf, &common, &body, self.config.checksum, pad);
-                self.split_payload = Some(out.data.bytes(offset as usize, end as usize));
+                self.split.payload = Some(out.data.bytes(offset as usize, end as usize));
                 buf.len() + payload.len() + pad as usize
             } else {
                 wire::encode_padded(buf, &common, &body, self.config.checksum, pad);
@@ -441,7 +450,7 @@ impl Endpoint {
             }
         };
         self.metrics.data_bytes_sent += (end - offset) as u64;
-        let dest = self.rpcs[key as usize].as_ref().unwrap().peer;
+        let dest = self.rpcs[key].peer;
         (
             self.account(now, PacketType::Data, dest, priority, len),
             end,
@@ -454,10 +463,10 @@ impl Endpoint {
         now: Time,
         buf: &mut Vec<u8>,
     ) -> Option<(Transmit, bytes::Bytes)> {
-        self.split_mode = true;
+        self.split.on = true;
         let t = self.poll_transmit(now, buf);
-        self.split_mode = false;
-        let payload = self.split_payload.take().unwrap_or_default();
+        self.split.on = false;
+        let payload = self.split.payload.take().unwrap_or_default();
         t.map(|t| (t, payload))
     }
 
@@ -473,7 +482,7 @@ impl Endpoint {
         let out = self.out_msg(key);
         let (offset, len) = (out.next_offset, out.len);
         let (t, next) = self.encode_data(now, key, offset, len, None, headers_only, buf);
-        let rpc = self.rpcs[key as usize].as_mut().unwrap();
+        let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         let out = rpc.out.as_mut().unwrap();
         out.next_offset = next;
@@ -482,7 +491,7 @@ impl Endpoint {
             // Still sendable: shrink its SRPT entry in place (cheap at the head).
             Some(old) if out.sendable() => {
                 out.queued = Some(out.remaining());
-                self.sendable.update(&(old, birth, key), out.remaining());
+                self.sends.update(old, birth, key, out.remaining());
             }
             _ => self.unqueue_out(key),
         }
@@ -491,11 +500,11 @@ impl Endpoint {
 
     /// Sends one packet of RPC `key`'s pending retransmission, if it has one.
     fn send_retransmit(&mut self, now: Time, key: RpcKey, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let (start, end, priority) = self.rpcs.get(key as usize)?.as_ref()?.out.as_ref()?.retx?;
+        let (start, end, priority) = self.rpcs.get(key)?.out.as_ref()?.retx?;
         // The packet may end short of a full one (a send buffer's packets
         // never cross a segment): go on from where it actually ended.
         let (t, sent) = self.encode_data(now, key, start, end, Some(priority), false, buf);
-        let out = self.rpc(key).out.as_mut().unwrap();
+        let out = self.rpcs[key].out.as_mut().unwrap();
         out.retx = (sent < end).then_some((sent, end, priority));
         self.metrics.retransmitted_packets += 1;
         self.metrics.retransmitted_bytes += (sent - start) as u64;
@@ -513,7 +522,7 @@ impl Endpoint {
             self.metrics.drop(DropReason::UnknownRpc);
             return;
         };
-        let rpc = self.rpc(key);
+        let rpc = &mut self.rpcs[key];
         rpc.heard(now);
         if rpc.is_client && rpc.inc.is_some() {
             // A late GRANT for a request whose response has begun.
@@ -553,7 +562,7 @@ impl Endpoint {
             }
             // We have no such RPC: tell the peer so it can restart or forget it.
             self.metrics.drop(DropReason::UnknownRpc);
-            self.queue_control(crate::endpoint::Control {
+            self.queue_control(Control {
                 dest: from,
                 rpc_id: c.rpc_id,
                 from_client: !c.from_client,
@@ -561,8 +570,8 @@ impl Endpoint {
             });
             return;
         };
-        let dpp = self.data_per_packet as u64;
-        let rpc = self.rpc(key);
+        let dpp = self.derived.data_per_packet() as u64;
+        let rpc = &mut self.rpcs[key];
         rpc.heard(now);
         let Some(out) = rpc.out.as_mut() else {
             // Server still receiving the request or computing the response.
@@ -592,7 +601,7 @@ impl Endpoint {
             let was_pending = out.retx.is_some();
             out.retx = Some((start, end, r.priority));
             if !was_pending {
-                self.retx_queue.push_back(key);
+                self.sends.push_retx(key);
             }
         } else {
             self.control_for(key, ControlBody::Busy);

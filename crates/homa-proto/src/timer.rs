@@ -42,23 +42,81 @@ fn incoming_prod(inc: &InMsg) -> (bool, Prod) {
     }
 }
 
+/// When the periodic timer next runs. Invariant: an endpoint with RPCs
+/// always has a tick within one interval (creating an RPC arms it; a tick
+/// with RPCs left sets the next one); without RPCs, the next tick is when a
+/// peer or a tombstone is due to go, or never.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ticker {
+    /// The next tick (`Time::MAX`: none).
+    next: Time,
+    /// Between ticks while RPCs live: half the resend interval.
+    interval: u64,
+}
+
+impl Ticker {
+    pub fn new(config: &crate::Config) -> Ticker {
+        Ticker {
+            next: Time::MAX,
+            interval: (config.resend_interval_ns / 2).max(1),
+        }
+    }
+
+    /// An RPC exists from `now` on: a tick is due within one interval.
+    #[inline]
+    pub fn arm(&mut self, now: Time) {
+        self.next = self.next.min(now.saturating_add(self.interval));
+    }
+
+    /// The next tick, if any.
+    #[inline]
+    pub fn deadline(&self) -> Time {
+        self.next
+    }
+
+    /// Starts the tick due at `now`, if one is: true if it is.
+    #[inline]
+    pub fn start(&mut self, now: Time) -> bool {
+        if now < self.next {
+            return false;
+        }
+        self.next = Time::MAX;
+        true
+    }
+
+    /// Ends a tick at `now`: the next comes one interval later if RPCs
+    /// live (`busy`), else at `idle_until` (`Time::MAX`: never), but not
+    /// before `now + 1`.
+    pub fn finish(&mut self, now: Time, busy: bool, idle_until: Time) {
+        self.next = if busy {
+            now.saturating_add(self.interval)
+        } else {
+            idle_until.max(now + 1)
+        };
+    }
+
+    /// No more ticks (the endpoint shut down).
+    pub fn stop(&mut self) {
+        self.next = Time::MAX;
+    }
+}
+
 impl Endpoint {
     /// Runs timers due at `now`.
     pub fn handle_timeout(&mut self, now: Time) {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         self.run_deferred(now);
-        if now < self.next_tick {
+        if !self.ticker.start(now) {
             return;
         }
-        self.next_tick = Time::MAX;
         self.expire_tombstones(now);
         self.check_pool_waiters(now);
         // RESENDs due this tick, by peer: (last prod, rpc, what to ask). An
         // ordered map: simulations must send them in the same order every
         // run.
         let mut resends: BTreeMap<PeerKey, Vec<(Time, RpcKey, ControlBody)>> = BTreeMap::new();
-        for key in 0..self.rpcs.len() as RpcKey {
-            if self.rpcs[key as usize].is_some() {
+        for key in 0..self.rpcs.key_end() {
+            if self.rpcs.is_live(key) {
                 self.rpc_timer(now, key, &mut resends);
             }
         }
@@ -69,25 +127,23 @@ impl Endpoint {
             }
             for (_, key, body) in due {
                 self.metrics.resends_sent += 1;
-                self.rpc(key).last_prod = now;
+                self.rpcs[key].last_prod = now;
                 self.control_for(key, body);
             }
         }
         let idle = self.config.peer_idle_ns;
-        let mut gone = std::mem::take(&mut self.scratch_keys);
-        gone.clear();
-        gone.extend(
-            self.peers
-                .iter()
-                .filter(|(_, p)| p.unreferenced() && now.saturating_sub(p.last_active) >= idle)
-                .map(|(k, _)| k),
-        );
-        for &k in &gone {
+        let gone: Vec<PeerKey> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.unreferenced() && now.saturating_sub(p.last_active) >= idle)
+            .map(|(k, _)| k)
+            .collect();
+        for k in gone {
             self.peers.remove(k);
         }
-        self.scratch_keys = gone;
-        self.next_tick = if self.client_rpc_count > 0 || self.server_rpc_count > 0 {
-            now.saturating_add(self.tick_ns)
+        let busy = self.rpcs.clients() > 0 || self.rpcs.servers() > 0;
+        let idle_until = if busy {
+            Time::MAX
         } else {
             let peer_expiry = self
                 .peers
@@ -101,8 +157,8 @@ impl Endpoint {
                 (Some(a), None) | (None, Some(a)) => a,
                 (None, None) => Time::MAX,
             }
-            .max(now + 1)
         };
+        self.ticker.finish(now, busy, idle_until);
     }
 
     /// The timer of one RPC: fails it on timeout, or prods its peer. A
@@ -115,9 +171,9 @@ impl Endpoint {
         resends: &mut BTreeMap<PeerKey, Vec<(Time, RpcKey, ControlBody)>>,
     ) {
         let resend = self.config.resend_interval_ns;
-        let unsched = self.unsched_bytes;
-        let top = self.top_priority;
-        let rpc = self.rpcs[key as usize].as_ref().unwrap();
+        let unsched = self.derived.unsched_bytes();
+        let top = self.derived.top_priority();
+        let rpc = &self.rpcs[key];
         // A response that cannot get pool space hears from nobody but its own
         // application (which must release messages): after the RPC timeout
         // the caller gets an error instead of waiting forever. (A server's
@@ -205,13 +261,51 @@ impl Endpoint {
                 ControlBody::NeedAck
             }
             Prod::KeepAlive => {
-                if since_prod < self.keepalive_ns {
+                if since_prod < self.derived.keepalive_ns() {
                     return;
                 }
                 ControlBody::Busy
             }
         };
-        self.rpc(key).last_prod = now;
+        self.rpcs[key].last_prod = now;
         self.control_for(key, body);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_come_an_interval_after_work_and_never_when_idle() {
+        let config = crate::Config {
+            resend_interval_ns: 1_000,
+            ..crate::Config::default()
+        };
+        let mut t = Ticker::new(&config);
+        assert_eq!(t.deadline(), Time::MAX);
+        assert!(!t.start(1_000_000));
+        // The first RPC arms it; later ones do not push it back.
+        t.arm(100);
+        t.arm(300);
+        assert_eq!(t.deadline(), 600);
+        assert!(!t.start(599));
+        assert!(t.start(600));
+        assert_eq!(t.deadline(), Time::MAX, "no tick while one runs");
+        t.finish(600, true, Time::MAX);
+        assert_eq!(t.deadline(), 1_100);
+        assert!(t.start(5_000), "a late tick still runs");
+        // Idle: the next expiry, at least a nanosecond on, or never.
+        t.finish(5_000, false, 9_000);
+        assert_eq!(t.deadline(), 9_000);
+        assert!(t.start(9_000));
+        t.finish(9_000, false, 8_000);
+        assert_eq!(t.deadline(), 9_001);
+        assert!(t.start(9_001));
+        t.finish(9_001, false, Time::MAX);
+        assert_eq!(t.deadline(), Time::MAX);
+        t.arm(10_000);
+        t.stop();
+        assert_eq!(t.deadline(), Time::MAX);
     }
 }

@@ -112,18 +112,18 @@ impl ClusterConfig {
     pub fn validate(&self) -> Result<()> {
         self.testbed.validate()?;
         if !(self.load > 0.0 && self.load <= 1.0) {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "--load {} must be in (0, 1]",
                 self.load
             )));
         }
         if !(self.seconds > 0.0 && self.seconds <= 3600.0 && (0.0..=60.0).contains(&self.warmup)) {
-            return Err(Error::Config(
-                "seconds must be in (0, 3600], warm-up in [0, 60]".into(),
+            return Err(Error::config(
+                "seconds must be in (0, 3600], warm-up in [0, 60]",
             ));
         }
         if self.transports.is_empty() {
-            return Err(Error::Config("no transports".into()));
+            return Err(Error::config("no transports"));
         }
         if self.client_ports == 0
             || self.server_ports == 0
@@ -131,8 +131,8 @@ impl ClusterConfig {
             || self.max_outstanding == 0
             || self.tcp_conns == 0
         {
-            return Err(Error::Config(
-                "ports, threads, caps and connections must be positive".into(),
+            return Err(Error::config(
+                "ports, threads, caps and connections must be positive",
             ));
         }
         Ok(())
@@ -513,7 +513,7 @@ fn run_phase(
                 first_err.get_or_insert(e);
             }
             Err(_) => {
-                first_err.get_or_insert(Error::Bench("client thread panicked".into()));
+                first_err.get_or_insert(Error::bench("client thread panicked"));
             }
         }
     }

@@ -52,6 +52,22 @@ mod tests {
     use super::*;
     use homa_workload::workload::Workload;
 
+    /// The failures a node program shares are the node's error, wrapped,
+    /// and read as they did when the testbed repeated them.
+    #[test]
+    fn shared_failures_are_the_node_error() {
+        use homa_bench::node::Error as Node;
+        let e = Error::config("no hosts");
+        assert!(matches!(&e, Error::Node(Node::Config(m)) if m == "no hosts"));
+        assert_eq!(e.to_string(), "invalid configuration: no hosts");
+        assert_eq!(Error::bench("stuck").to_string(), "benchmark: stuck");
+        let io = Error::from(std::io::Error::other("gone"));
+        assert!(matches!(io, Error::Node(Node::Io(_))));
+        assert_eq!(io.to_string(), "I/O: gone");
+        let node = || -> Result<()> { Err(Node::Bench("x".into()))? };
+        assert_eq!(node().unwrap_err().to_string(), "benchmark: x");
+    }
+
     #[test]
     fn default_rate_shrinks_for_small_messages() {
         let w = |n| Workload::builtin(n).unwrap().capped(1_000_000);
@@ -63,7 +79,10 @@ mod tests {
     }
 }
 
-/// Why a testbed or benchmark operation failed.
+/// Why a testbed or benchmark operation failed: the testbed's own failures
+/// (root, commands, namespaces, parsing their output), or a node program's
+/// ([`homa_bench::node::Error`]: configuration, benchmark, I/O, homa), which
+/// is wrapped rather than repeated.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("this needs root (network namespaces, bridges and tc qdiscs require CAP_NET_ADMIN); run it with sudo or as root")]
@@ -72,18 +91,34 @@ pub enum Error {
     Command(String),
     #[error("network namespace: {0}")]
     Netns(String),
-    #[error("invalid configuration: {0}")]
-    Config(String),
     #[error("cannot parse: {0}")]
     Parse(String),
-    #[error("benchmark: {0}")]
-    Bench(String),
-    #[error("I/O: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("homa: {0}")]
-    Homa(#[from] homa::Error),
     #[error(transparent)]
     Node(#[from] homa_bench::node::Error),
+}
+
+impl Error {
+    /// An invalid configuration ([`homa_bench::node::Error::Config`]).
+    pub fn config(msg: impl Into<String>) -> Error {
+        Error::Node(homa_bench::node::Error::Config(msg.into()))
+    }
+
+    /// A benchmark that failed ([`homa_bench::node::Error::Bench`]).
+    pub fn bench(msg: impl Into<String>) -> Error {
+        Error::Node(homa_bench::node::Error::Bench(msg.into()))
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::Node(e.into())
+    }
+}
+
+impl From<homa::Error> for Error {
+    fn from(e: homa::Error) -> Error {
+        Error::Node(e.into())
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

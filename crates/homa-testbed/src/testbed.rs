@@ -56,25 +56,25 @@ impl TestbedConfig {
     pub fn validate(&self) -> Result<()> {
         validate_prefix(&self.prefix)?;
         if !(2..=250).contains(&self.hosts) {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "--hosts {} must be 2..=250",
                 self.hosts
             )));
         }
         if !(self.gbps.is_finite() && (0.001..=100.0).contains(&self.gbps)) {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "--gbps {} must be in 0.001..=100",
                 self.gbps
             )));
         }
         if !(1..=8).contains(&self.priorities) {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "--priorities {} must be 1..=8",
                 self.priorities
             )));
         }
         if self.queue_packets == 0 {
-            return Err(Error::Config("queue length must be positive".into()));
+            return Err(Error::config("queue length must be positive"));
         }
         Ok(())
     }
@@ -100,7 +100,7 @@ pub fn validate_prefix(prefix: &str) -> Result<()> {
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
     {
-        return Err(Error::Config(format!(
+        return Err(Error::config(format!(
             "prefix {prefix:?} must be 1..=9 characters of [a-z0-9]"
         )));
     }
@@ -269,7 +269,7 @@ impl Testbed {
     pub fn open(prefix: &str) -> Result<Testbed> {
         validate_prefix(prefix)?;
         let text = std::fs::read_to_string(state_path(prefix))
-            .map_err(|_| Error::Config(format!("no testbed {prefix:?} is up")))?;
+            .map_err(|_| Error::config(format!("no testbed {prefix:?} is up")))?;
         let config: TestbedConfig =
             serde_json::from_str(&text).map_err(|e| Error::Parse(e.to_string()))?;
         Ok(Testbed {

@@ -8,7 +8,8 @@ use std::io;
 
 /// A received request or response. Its bytes live in the endpoint's receive
 /// pool as one or more fragments; dropping the message (its last clone)
-/// returns the space.
+/// returns the space. It is the engine's [`homa_proto::Message`] (the same
+/// message, see [`Self::into_inner`]) with a read position for [`Buf`].
 ///
 /// `Message` implements [`bytes::Buf`] over those fragments without copying
 /// them: [`Buf::chunk`] is the rest of the current fragment, [`Buf::advance`]

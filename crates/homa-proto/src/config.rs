@@ -282,9 +282,7 @@ impl NetworkProfile {
     /// window that ends mid-packet costs a short packet's overhead and, with
     /// grants issued a packet at a time, stalls the sender.
     pub fn rtt_packet_bytes(&self) -> u32 {
-        let c = self.base();
-        let dpp = c.max_data_per_packet().max(1) as u32;
-        c.rtt_bytes().div_ceil(dpp).saturating_mul(dpp)
+        self.base().rtt_packet_bytes()
     }
 
     /// Leading bytes of each message sent unscheduled.
@@ -415,12 +413,24 @@ impl Config {
     pub fn max_data_per_packet(&self) -> usize {
         self.max_packet_size.saturating_sub(DATA_PACKET_OVERHEAD)
     }
-    pub fn effective_unsched_bytes(&self) -> u32 {
-        self.unsched_bytes.unwrap_or_else(|| self.rtt_bytes())
+    /// [`Self::rtt_bytes`] rounded up to whole full packets' payload: the
+    /// grant window and the unscheduled bytes when they are not set (see
+    /// [`NetworkProfile::rtt_packet_bytes`], which is this for its network).
+    pub fn rtt_packet_bytes(&self) -> u32 {
+        let dpp = self.max_data_per_packet().max(1) as u32;
+        self.rtt_bytes().div_ceil(dpp).saturating_mul(dpp)
     }
+    /// Leading bytes of each message sent unscheduled: `unsched_bytes`, or
+    /// one RTT of whole packets ([`Self::rtt_packet_bytes`]) when unset.
+    pub fn effective_unsched_bytes(&self) -> u32 {
+        self.unsched_bytes
+            .unwrap_or_else(|| self.rtt_packet_bytes())
+    }
+    /// Scheduled bytes granted ahead of what arrived: `grant_window`, or one
+    /// RTT of whole packets when unset; at least one packet.
     pub fn effective_grant_window(&self) -> u32 {
         self.grant_window
-            .unwrap_or_else(|| self.rtt_bytes())
+            .unwrap_or_else(|| self.rtt_packet_bytes())
             .max(self.max_data_per_packet() as u32)
     }
     pub fn effective_max_incoming(&self) -> u64 {
@@ -638,7 +648,8 @@ mod tests {
         };
         let d = Derived::new(&c);
         assert_eq!(d.data_per_packet(), 1416);
-        assert_eq!(d.unsched_bytes(), 62_500);
+        // One RTT (62,500 bytes) of whole packets: 45 x 1,416.
+        assert_eq!(d.unsched_bytes(), 63_720);
         assert_eq!(d.top_priority(), 3);
         assert_eq!(d.keepalive_ns(), 25_000_000);
         // Levels 3 and 2 unscheduled: up to 1,000 bytes at 3, the rest at 2.
@@ -661,7 +672,11 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.rtt_bytes(), 62_500);
         assert_eq!(c.max_data_per_packet(), 1416);
-        assert_eq!(c.effective_max_incoming(), 8 * 62_500);
+        // Windows are whole packets: 45 x 1,416 bytes.
+        assert_eq!(c.rtt_packet_bytes(), 63_720);
+        assert_eq!(c.effective_unsched_bytes(), 63_720);
+        assert_eq!(c.effective_grant_window(), 63_720);
+        assert_eq!(c.effective_max_incoming(), 8 * 63_720);
         // One full packet on the wire (1472 + 66 bytes) at 25 Gbps.
         assert_eq!(c.effective_max_nic_queue_ns(), 492);
     }

@@ -587,10 +587,10 @@ mod tests {
         let mut live: Vec<Vec<RpcId>> = vec![Vec::new(); n];
         let (mut seq, mut checks, mut cancels) = (0u64, 0u64, 0u64);
         let mut buf = Vec::new();
-        for step in 0..3_000u64 {
+        for step in 0..4_500u64 {
             let now = step * 1_000;
             // New requests of 10-150 KB, mostly to host 0.
-            if step < 2_000 && next() % 4 == 0 {
+            if step < 3_000 && next() % 4 == 0 {
                 let src = 1 + (next() % (n as u64 - 1)) as usize;
                 let dst = if next() % 4 == 0 {
                     (src % (n - 1)) + 1

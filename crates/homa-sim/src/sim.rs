@@ -17,6 +17,7 @@
 
 use crate::priorities::PriorityPlan;
 use crate::stats::{Completion, Group, SlowdownTable};
+use crate::steady::{SeriesPoint, SteadyReport};
 use crate::topology::{Path, Topology};
 use crate::workload::Workload;
 use bytes::Bytes;
@@ -100,6 +101,9 @@ pub enum Stop {
     Messages(u64),
     /// After this much simulated time (ns), the warm-up fraction included.
     Duration(Time),
+    /// A steady-state window: `warmup_ns` unmeasured, then `window_ns`
+    /// measured (see [`crate::steady::SteadyPlan`] for the defaults).
+    Steady { warmup_ns: Time, window_ns: Time },
 }
 
 /// One message of an explicit schedule (used instead of random arrivals).
@@ -379,6 +383,9 @@ pub struct Report {
     pub engine: BTreeMap<String, u64>,
     /// Network and driver counters.
     pub network: BTreeMap<String, u64>,
+    /// The measurement window: carried against offered load, backlog,
+    /// statistics with unfinished messages, whether it is at steady state.
+    pub steady_state: SteadyReport,
     pub params: Params,
     /// Every measured message (size, latency, best case); not serialized.
     #[serde(skip)]
@@ -391,6 +398,9 @@ pub struct Progress {
     pub delivered: u64,
     pub target: u64,
     pub now: Time,
+    /// When generation of measured messages is planned to end (estimated
+    /// from the arrival rate for a message count; 0 for a trace).
+    pub window_end: Time,
 }
 
 struct Pending {
@@ -511,11 +521,19 @@ impl Schedule {
                 let warm = ((d as f64 * spec.warmup) as Time).max(spec.min_warmup_ns);
                 (0, u64::MAX, warm + (d as f64 * (1.0 - spec.warmup)) as Time)
             }
+            (
+                None,
+                Stop::Steady {
+                    warmup_ns,
+                    window_ns,
+                },
+            ) => (0, u64::MAX, warmup_ns + window_ns),
         };
         let warm_time = match spec.stop {
             Stop::Duration(d) if spec.trace.is_none() => {
                 ((d as f64 * spec.warmup) as Time).max(spec.min_warmup_ns)
             }
+            Stop::Steady { warmup_ns, .. } if spec.trace.is_none() => warmup_ns,
             _ if spec.trace.is_none() => spec.min_warmup_ns,
             _ => 0,
         };
@@ -567,6 +585,36 @@ struct Run<'s> {
     /// Scratch: client RPCs to cancel, messages of one arrival.
     cancels: Vec<(HostId, RpcId)>,
     msgs: Vec<(HostId, HostId, u32, bool)>,
+    meter: Meter,
+}
+
+/// Offered and carried DATA wire bytes over the run, for the steady-state
+/// report: cumulative counts, their values when the window opened and
+/// closed, and a time series.
+struct Meter {
+    /// Wire bytes of every message generated so far.
+    offered: u64,
+    /// (offered, carried) when the window opened, and when it closed (with
+    /// the time).
+    at_open: (u64, u64),
+    at_close: Option<(u64, u64, Time)>,
+    /// When generation of measured messages should end (estimated).
+    window_end: Time,
+    interval: Time,
+    next_at: Time,
+    last: (Time, u64, u64),
+    series: Vec<SeriesPoint>,
+}
+
+/// Points of the time series kept at most (the drain may run long).
+const MAX_SERIES_POINTS: usize = 1_000;
+
+/// DATA wire bytes accepted by every host's engine so far.
+fn carried_total(net: &EngineNet<SimApp>, framing: u32) -> u64 {
+    (0..net.n_hosts())
+        .filter_map(|h| net.try_endpoint(h))
+        .map(|ep| crate::steady::carried_wire_bytes(ep.metrics(), framing))
+        .sum()
 }
 
 impl<'s> Run<'s> {
@@ -632,6 +680,25 @@ impl<'s> Run<'s> {
         }
         trace.sort_by_key(|m| m.at);
 
+        let window_end = match (&spec.trace, spec.stop) {
+            (Some(_), _) => trace.last().map_or(0, |m| m.at),
+            (None, Stop::Messages(_)) => {
+                let rounds = (schedule.warm_msgs + schedule.target_msgs) as f64 / per_round as f64;
+                ((rounds * mean_gap_ns) as Time).max(schedule.warm_time)
+            }
+            (None, _) => schedule.gen_end_time,
+        };
+        let interval = (window_end / 50).max(100_000);
+        let meter = Meter {
+            offered: 0,
+            at_open: (0, 0),
+            at_close: None,
+            window_end,
+            interval,
+            next_at: interval,
+            last: (0, 0, 0),
+            series: Vec::new(),
+        };
         let mut ahead = Ahead::new(per_round);
         if spec.trace.is_none() {
             for _ in 0..AHEAD_ROUNDS {
@@ -667,6 +734,7 @@ impl<'s> Run<'s> {
             next_pool_sample: 0,
             cancels: Vec::new(),
             msgs: Vec::with_capacity(per_round),
+            meter,
         }
     }
 
@@ -758,6 +826,10 @@ impl<'s> Run<'s> {
             && self.window_start.is_none()
         {
             self.window_start = Some(at);
+            self.meter.at_open = (
+                self.meter.offered,
+                carried_total(&self.net, self.topology.overhead_bytes),
+            );
             self.net.fabric_mut().reset_stats();
             self.delivered_at_window_start = self.shared.borrow().delivered_bytes;
         }
@@ -791,7 +863,9 @@ impl<'s> Run<'s> {
 
     /// Hands the messages in `msgs` to their senders' engines.
     fn send_round(&mut self, at: Time) {
+        let (mps, framing) = (self.spec.max_packet_size, self.topology.overhead_bytes);
         for &(src, dst, size, measured) in &self.msgs {
+            self.meter.offered += crate::steady::wire_bytes(size, mps, framing);
             let payload = Bytes::from_static(&self.zeros[..size as usize]);
             let id = self
                 .net
@@ -815,7 +889,7 @@ impl<'s> Run<'s> {
     fn close_window_if_over(&mut self, at: Time) {
         let window_over = match self.spec.stop {
             Stop::Messages(_) => self.measured_generated >= self.schedule.target_msgs,
-            Stop::Duration(_) => at >= self.schedule.gen_end_time,
+            Stop::Duration(_) | Stop::Steady { .. } => at >= self.schedule.gen_end_time,
         };
         if window_over {
             if let Some(ws) = self.window_start {
@@ -823,6 +897,11 @@ impl<'s> Run<'s> {
                     self.shared.borrow().delivered_bytes - self.delivered_at_window_start;
                 self.window = Some(snapshot(&self.net, &self.topology, at - ws, delivered));
             }
+            self.meter.at_close = Some((
+                self.meter.offered,
+                carried_total(&self.net, self.topology.overhead_bytes),
+                at,
+            ));
             self.gen_stopped_at = Some(at);
         }
     }
@@ -878,8 +957,24 @@ impl<'s> Run<'s> {
         arrival.is_none() && !stepped
     }
 
-    /// Samples the pools' peak and reports progress when due.
+    /// Samples the pools' peak, the load series and reports progress when due.
     fn sample(&mut self, progress: &mut Option<&mut dyn FnMut(Progress)>) {
+        let now = self.net.now();
+        if now >= self.meter.next_at && self.meter.series.len() < MAX_SERIES_POINTS {
+            let m = &mut self.meter;
+            let carried = carried_total(&self.net, self.topology.overhead_bytes);
+            let (t0, o0, c0) = m.last;
+            let cap =
+                (now - t0) as f64 / 1e9 * self.n as f64 * self.topology.host_link_bps as f64 / 8.0;
+            m.series.push(SeriesPoint {
+                t_ns: now,
+                offered_load: (m.offered - o0) as f64 / cap,
+                carried_load: (carried - c0) as f64 / cap,
+                backlog_bytes: m.offered.saturating_sub(carried),
+            });
+            m.last = (now, m.offered, carried);
+            m.next_at = now + m.interval;
+        }
         if self.net.fabric().events_processed() >= self.next_pool_sample {
             self.next_pool_sample = self.net.fabric().events_processed() + (1 << 20);
             self.pool_peak = self.pool_peak.max(pool_reserved(&self.net));
@@ -898,6 +993,7 @@ impl<'s> Run<'s> {
                     delivered: self.shared.borrow().measured_done,
                     target,
                     now: self.net.now(),
+                    window_end: self.meter.window_end,
                 });
             }
         }
@@ -968,8 +1064,10 @@ impl<'s> Run<'s> {
                 delivered: sh.measured_done,
                 target: measured_total,
                 now,
+                window_end: self.meter.window_end,
             });
         }
+        let steady_state = self.steady_report(&sh, measured_total, now);
         let config = &self.config;
         let params = Params {
             topology: t.name(),
@@ -1042,9 +1140,77 @@ impl<'s> Run<'s> {
             queues,
             engine,
             network,
+            steady_state,
             params,
             completions: sh.completions.clone(),
         }
+    }
+}
+
+impl Run<'_> {
+    /// The measurement window's report (see [`crate::steady`]).
+    fn steady_report(&self, sh: &Shared, measured_total: u64, now: Time) -> SteadyReport {
+        let spec = self.spec;
+        let framing = self.topology.overhead_bytes;
+        let ws = self.window_start.unwrap_or(0);
+        let (o0, c0) = self.meter.at_open;
+        let (o1, c1, we) = self.meter.at_close.unwrap_or((
+            self.meter.offered,
+            carried_total(&self.net, framing),
+            now,
+        ));
+        let window_ns = we.saturating_sub(ws);
+        let cap = window_ns as f64 / 1e9 * self.n as f64 * self.topology.host_link_bps as f64 / 8.0;
+        let frac = |b: u64| if cap > 0.0 { b as f64 / cap } else { 0.0 };
+        let max_tx = crate::steady::max_message_tx_ns(spec);
+        // Unfinished messages count with their age as latency, over the
+        // larger (through the core) best case: a lower bound either way.
+        let longest = self.topology.longest_path();
+        let mut samples: Vec<crate::steady::Sample> = sh
+            .completions
+            .iter()
+            .map(|c| (c.size, c.slowdown(), false))
+            .collect();
+        for p in sh.outstanding.iter().flat_map(|m| m.values()) {
+            if p.measured {
+                let best = self
+                    .topology
+                    .best_case_ns(&longest, p.size, spec.max_packet_size);
+                samples.push((p.size, (now - p.start) as f64 / best.max(1) as f64, true));
+            }
+        }
+        let (deciles, top1pct) = crate::steady::groups(samples);
+        let offered_load_window = frac(o1 - o0);
+        let carried_load = frac(c1.saturating_sub(c0));
+        let mut r = SteadyReport {
+            mode: match (&spec.trace, spec.stop) {
+                (Some(_), _) => "trace",
+                (None, Stop::Messages(_)) => "messages",
+                (None, Stop::Duration(_)) => "duration",
+                (None, Stop::Steady { .. }) => "steady",
+            },
+            warmup_ns: ws,
+            window_ns,
+            drain_ns: now.saturating_sub(we),
+            max_message_tx_ns: max_tx,
+            window_over_max_tx: window_ns as f64 / max_tx.max(1) as f64,
+            offered_load: spec.load,
+            offered_load_window,
+            carried_load,
+            carried_over_offered: carried_load / spec.load,
+            backlog_start_bytes: o0.saturating_sub(c0),
+            backlog_end_bytes: o1.saturating_sub(c1),
+            measured: measured_total,
+            unfinished: measured_total - sh.measured_done,
+            deciles,
+            top1pct,
+            steady: false,
+            problems: Vec::new(),
+            series_interval_ns: self.meter.interval,
+            series: self.meter.series.clone(),
+        };
+        r.judge();
+        r
     }
 }
 

@@ -76,7 +76,7 @@ pub struct SimArgs {
     duration: Option<String>,
     /// Length of the steady-state measurement window (the default mode when
     /// neither --messages nor --duration is given; default per workload:
-    /// 25 transmission times of its largest message, at least 5 ms).
+    /// 20 transmission times of its largest message, at least 5 ms).
     #[arg(long)]
     window: Option<String>,
     /// Fraction of the run at the start that is not measured (--messages, --duration).
@@ -84,13 +84,13 @@ pub struct SimArgs {
     warmup: f64,
     /// Minimum warm-up in simulated time (e.g. 10ms): heavy-tailed workloads
     /// need time for the backlog of large messages to build up. In the
-    /// steady-state mode, the warm-up itself (default per workload: 10
-    /// transmission times of its largest message, at least 2 ms).
+    /// steady-state mode, the warm-up itself (default per workload and load:
+    /// the backlog's relaxation time, at least 2 ms; see docs/simulation.md).
     #[arg(long)]
     warmup_time: Option<String>,
     /// After generation, traffic goes on until every measured message is in,
     /// for at most this multiple of the measured span (at least 10 ms).
-    /// Default 4, or 1 in the steady-state mode.
+    /// Default 4, or 0.5 in the steady-state mode.
     #[arg(long)]
     drain_factor: Option<f64>,
     /// Random seed(s).

@@ -18,17 +18,18 @@ use homa_proto::wire::{PacketType, DATA_PACKET_OVERHEAD};
 use homa_proto::{DropReason, Metrics, Time};
 use serde::Serialize;
 
-/// Warm-up of a steady-state run, in transmission times of the workload's
-/// largest message on a host link.
-pub const WARMUP_PER_MAX_TX: f64 = 10.0;
-/// Measurement window of a steady-state run, in the same unit.
-pub const WINDOW_PER_MAX_TX: f64 = 25.0;
+/// Warm-up of a steady-state run, in relaxation times
+/// ([`relaxation_ns`]).
+pub const WARMUP_PER_RELAXATION: f64 = 1.0;
+/// Measurement window of a steady-state run, in transmission times of the
+/// workload's largest message on a host link.
+pub const WINDOW_PER_MAX_TX: f64 = 20.0;
 /// Shortest warm-up and window (workloads of small messages only, W1).
 pub const MIN_WARMUP_NS: Time = 2_000_000;
 pub const MIN_WINDOW_NS: Time = 5_000_000;
 /// After the window, traffic goes on (unmeasured) until every measured
 /// message is in, for at most this multiple of the window.
-pub const DRAIN_FACTOR: f64 = 1.0;
+pub const DRAIN_FACTOR: f64 = 0.5;
 /// Carried load within this fraction of the offered load (either way).
 pub const LOAD_TOLERANCE: f64 = 0.03;
 /// The window should be at least this many transmission times of the
@@ -43,15 +44,43 @@ pub struct SteadyPlan {
     pub drain_factor: f64,
 }
 
+/// How long the backlog of a workload at a load takes to level off, from
+/// an empty network: the relaxation time of a single queue,
+/// `s / (1 - sqrt(load))^2`, where `s` is the time to send a message of
+/// the size-biased mean size `E[S^2] / E[S]` (wire bytes) on a host link.
+/// (The M/M/1 queue's relaxation time is `1 / (mu (1 - sqrt(rho))^2)`;
+/// with heavy-tailed sizes the size-biased mean sets the time scale.)
+/// Measured on the paper topology at 80% (docs/simulation.md, "Steady
+/// state"): W3's backlog levels off at about 100 ms (this gives 117 ms),
+/// W4's at about 280 ms (316 ms).
+pub fn relaxation_ns(spec: &SimSpec) -> Time {
+    let (mps, framing) = (spec.max_packet_size, spec.topology.overhead_bytes);
+    let (mut m1, mut m2) = (0.0, 0.0);
+    for &(len, w) in spec.workload.points() {
+        let b = wire_bytes(len, mps, framing) as f64;
+        m1 += w * b;
+        m2 += w * b * b;
+    }
+    if m1 <= 0.0 {
+        return 0;
+    }
+    let s = m2 / m1 * 8e9 / spec.topology.host_link_bps as f64;
+    let rho = spec.load.min(0.99);
+    (s / (1.0 - rho.sqrt()).powi(2)) as Time
+}
+
 impl SteadyPlan {
-    /// The defaults for a spec's workload and topology: a warm-up of
-    /// [`WARMUP_PER_MAX_TX`] and a window of [`WINDOW_PER_MAX_TX`]
-    /// transmission times of the largest message (at least
-    /// [`MIN_WARMUP_NS`] and [`MIN_WINDOW_NS`]).
+    /// The defaults for a spec's workload, load and topology: a warm-up of
+    /// [`WARMUP_PER_RELAXATION`] relaxation times and a window of
+    /// [`WINDOW_PER_MAX_TX`] transmission times of the largest message (at
+    /// least [`MIN_WARMUP_NS`] and [`MIN_WINDOW_NS`]). Paper topology, 80%:
+    /// W1 2 + 5 ms, W2 8 + 61 ms, W3 117 + 263 ms, W4 316 + 174 ms,
+    /// W5 1,341 + 511 ms.
     pub fn for_spec(spec: &SimSpec) -> SteadyPlan {
         let t = max_message_tx_ns(spec) as f64;
         SteadyPlan {
-            warmup_ns: ((t * WARMUP_PER_MAX_TX) as Time).max(MIN_WARMUP_NS),
+            warmup_ns: ((relaxation_ns(spec) as f64 * WARMUP_PER_RELAXATION) as Time)
+                .max(MIN_WARMUP_NS),
             window_ns: ((t * WINDOW_PER_MAX_TX) as Time).max(MIN_WINDOW_NS),
             drain_factor: DRAIN_FACTOR,
         }
@@ -277,6 +306,11 @@ mod tests {
         assert_eq!(t, (wire_bytes(29_400_000, 1472, 66) * 8).div_ceil(10));
         let p = SteadyPlan::for_spec(&w5);
         assert_eq!(p.window_ns, (t as f64 * WINDOW_PER_MAX_TX) as Time);
+        for (w, ms) in [("w2", 8), ("w3", 117), ("w4", 316), ("w5", 1341)] {
+            let spec = SimSpec::new(Workload::builtin(w).unwrap(), 0.8);
+            let warm = SteadyPlan::for_spec(&spec).warmup_ns;
+            assert_eq!(warm / 1_000_000, ms, "{w}: {warm}");
+        }
         let w1 = SimSpec::new(Workload::builtin("w1").unwrap(), 0.8);
         let p1 = SteadyPlan::for_spec(&w1);
         assert_eq!((p1.warmup_ns, p1.window_ns), (MIN_WARMUP_NS, MIN_WINDOW_NS));

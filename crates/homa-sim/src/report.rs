@@ -206,11 +206,17 @@ fn steady_section(s: &mut String, r: &Report) {
         st.backlog_start_bytes as f64 / 1e6,
         st.backlog_end_bytes as f64 / 1e6
     );
-    if st.steady {
-        let _ = writeln!(s, "  steady state: yes");
-    } else {
-        let _ = writeln!(s, "  steady state: NO: {}", st.problems.join("; "));
-    }
+    let _ = writeln!(
+        s,
+        "  steady state: {}; every decile's p99 exact: {}{}",
+        if st.steady { "yes" } else { "NO" },
+        if st.complete { "yes" } else { "no" },
+        if st.problems.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", st.problems.join("; "))
+        }
+    );
     let _ = writeln!(
         s,
         "  every measured message (unfinished ones at their age, '>' = lower bound):"

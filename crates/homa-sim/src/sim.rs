@@ -1205,6 +1205,7 @@ impl Run<'_> {
             deciles,
             top1pct,
             steady: false,
+            complete: false,
             problems: Vec::new(),
             series_interval_ns: self.meter.interval,
             series: self.meter.series.clone(),

@@ -238,11 +238,13 @@ pub struct SteadyReport {
     /// unfinished one counting with its age at the end as latency.
     pub deciles: Vec<SteadyGroup>,
     pub top1pct: SteadyGroup,
-    /// At steady state by every criterion (carried load within
-    /// [`LOAD_TOLERANCE`] of offered, window at least
-    /// [`MIN_WINDOW_PER_MAX_TX`] largest-message times, every decile's
-    /// p99 exact); otherwise `problems` says what is wrong.
+    /// At steady state: carried load within [`LOAD_TOLERANCE`] of offered,
+    /// and a window of at least [`MIN_WINDOW_PER_MAX_TX`] largest-message
+    /// times.
     pub steady: bool,
+    /// Every decile's p99 is exact (no unfinished message can move it).
+    pub complete: bool,
+    /// What failed either test.
     pub problems: Vec<String>,
     /// Offered and carried load and backlog per interval over the whole run.
     pub series_interval_ns: Time,
@@ -261,12 +263,15 @@ impl SteadyReport {
                 self.offered_load
             ));
         }
-        if self.window_over_max_tx < MIN_WINDOW_PER_MAX_TX {
+        // The window opens and closes at arrivals, so it can fall short of
+        // its planned length by a gap between arrivals: 1% tolerance.
+        if self.window_over_max_tx < MIN_WINDOW_PER_MAX_TX * 0.99 {
             p.push(format!(
                 "window is {:.1} transmission times of the largest message (want {})",
                 self.window_over_max_tx, MIN_WINDOW_PER_MAX_TX
             ));
         }
+        self.steady = p.is_empty();
         let inexact: Vec<String> = self
             .deciles
             .iter()
@@ -280,7 +285,7 @@ impl SteadyReport {
                 inexact.join(", ")
             ));
         }
-        self.steady = p.is_empty();
+        self.complete = inexact.is_empty();
         self.problems = p;
     }
 }

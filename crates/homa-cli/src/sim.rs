@@ -24,7 +24,9 @@ pub struct SimArgs {
     /// Offered load(s), fraction of host link bandwidth (wire bytes of DATA packets).
     #[arg(long, default_value = "0.8", value_delimiter = ',')]
     load: Vec<f64>,
-    /// Variant(s): homa, or basic (1 priority level, overcommitment 1).
+    /// Variant(s): homa; basic (today: 1 priority level, overcommitment 1,
+    /// not yet RAMCloud's BasicTransport); homa-1prio (the same ablation by
+    /// its own name); no-overcommit (8 levels, overcommitment 1).
     #[arg(long, default_value = "homa", value_delimiter = ',')]
     variant: Vec<String>,
     /// Priority levels (1..=8); default 8 for homa, 1 for basic.

@@ -41,8 +41,18 @@ pub enum Variant {
     /// Homa as configured: 8 priority levels (unless overridden), priorities
     /// from the workload, overcommitment 8.
     Homa,
-    /// Seed 000's "basic" comparison: one priority level, overcommitment 1.
+    /// Seed 000's "basic" comparison as this simulator has always run it:
+    /// one priority level, overcommitment 1. Not RAMCloud's BasicTransport
+    /// (which grants every incoming message; see docs/simulation.md, "What
+    /// the engine needs for #17"): the same runs as [`Variant::HomaOnePrio`].
     Basic,
+    /// Ablation: Homa with one priority level and overcommitment 1 (what
+    /// `basic` runs today).
+    #[serde(rename = "homa-1prio")]
+    HomaOnePrio,
+    /// Ablation: Homa's priorities with overcommitment 1.
+    #[serde(rename = "no-overcommit")]
+    NoOvercommit,
 }
 
 impl Variant {
@@ -50,13 +60,19 @@ impl Variant {
         match s.to_ascii_lowercase().as_str() {
             "homa" => Ok(Variant::Homa),
             "basic" => Ok(Variant::Basic),
-            _ => Err(format!("unknown variant {s:?} (expected homa or basic)")),
+            "homa-1prio" => Ok(Variant::HomaOnePrio),
+            "no-overcommit" => Ok(Variant::NoOvercommit),
+            _ => Err(format!(
+                "unknown variant {s:?} (expected homa, basic, homa-1prio or no-overcommit)"
+            )),
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             Variant::Homa => "homa",
             Variant::Basic => "basic",
+            Variant::HomaOnePrio => "homa-1prio",
+            Variant::NoOvercommit => "no-overcommit",
         }
     }
 }
@@ -190,15 +206,15 @@ impl SimSpec {
 
     pub fn levels(&self) -> u8 {
         self.priorities.unwrap_or(match self.variant {
-            Variant::Homa => 8,
-            Variant::Basic => 1,
+            Variant::Homa | Variant::NoOvercommit => 8,
+            Variant::Basic | Variant::HomaOnePrio => 1,
         })
     }
 
     pub fn overcommit_degree(&self) -> usize {
         self.overcommit.unwrap_or(match self.variant {
             Variant::Homa => 8,
-            Variant::Basic => 1,
+            Variant::Basic | Variant::HomaOnePrio | Variant::NoOvercommit => 1,
         })
     }
 
@@ -1816,6 +1832,32 @@ mod tests {
         assert!(mid_size_behind_larger(3_000, Some(2)) < 10.0);
         let s = mid_size_behind_larger(3_000, None);
         assert!(s < 3.0, "slowdown {s}");
+    }
+
+    #[test]
+    fn ablation_variants_set_levels_and_overcommitment() {
+        let w = Workload::builtin("w3").unwrap();
+        for (name, levels, oc) in [
+            ("homa", 8, 8),
+            ("basic", 1, 1),
+            ("homa-1prio", 1, 1),
+            ("no-overcommit", 8, 1),
+        ] {
+            let spec = SimSpec {
+                variant: Variant::parse(name).unwrap(),
+                ..SimSpec::new(w.clone(), 0.8)
+            };
+            assert_eq!(
+                (spec.levels(), spec.overcommit_degree()),
+                (levels, oc),
+                "{name}"
+            );
+            assert_eq!(spec.variant.name(), name);
+            assert_eq!(
+                serde_json::to_value(spec.variant).unwrap(),
+                serde_json::Value::String(name.to_string())
+            );
+        }
     }
 
     fn steady_small(seed: u64) -> SimSpec {

@@ -416,6 +416,39 @@ mod tests {
     }
 
     #[test]
+    fn without_a_size_option_the_run_is_a_steady_state_window() {
+        let t = T::parse_from(["x", "--workload", "w4"]);
+        let s = &specs(&t.a).unwrap()[0];
+        let plan = SteadyPlan::for_spec(s);
+        assert_eq!(s.stop, plan.stop());
+        assert_eq!(s.drain_factor, plan.drain_factor);
+        let t = T::parse_from([
+            "x",
+            "--workload",
+            "w4",
+            "--window",
+            "30ms",
+            "--warmup-time",
+            "5ms",
+            "--drain-factor",
+            "2",
+        ]);
+        let s = &specs(&t.a).unwrap()[0];
+        assert_eq!(
+            s.stop,
+            Stop::Steady {
+                warmup_ns: 5_000_000,
+                window_ns: 30_000_000
+            }
+        );
+        assert_eq!(s.drain_factor, 2.0);
+        // The other modes keep their defaults.
+        let t = T::parse_from(["x", "--messages", "1000"]);
+        let s = &specs(&t.a).unwrap()[0];
+        assert_eq!((s.stop, s.drain_factor), (Stop::Messages(1000), 4.0));
+    }
+
+    #[test]
     fn bad_arguments_are_refused() {
         for args in [
             vec!["x", "--load", "0"],
@@ -425,6 +458,7 @@ mod tests {
             vec!["x", "--variant", "tcp"],
             vec!["x", "--warmup", "1.5"],
             vec!["x", "--duration", "0ms"],
+            vec!["x", "--drain-factor=-1"],
         ] {
             let t = T::parse_from(args.clone());
             assert!(specs(&t.a).is_err(), "{args:?}");

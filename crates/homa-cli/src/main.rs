@@ -45,7 +45,7 @@ enum Command {
     /// The cluster benchmark: an open-loop client node, and the whole Homa-vs-TCP experiment on the testbed.
     Bench(cluster_bench::BenchArgs),
     /// Packet-level datacenter simulation of Homa (paper topology, workloads W1-W5, sweeps).
-    Sim(sim::SimArgs),
+    Sim(Box<sim::SimArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,6 +57,6 @@ fn main() -> anyhow::Result<()> {
         Command::ThroughputBench(args) => throughput_bench::run(args),
         Command::Testbed(args) => testbed::run(args),
         Command::Bench(args) => cluster_bench::run(args),
-        Command::Sim(args) => sim::run(args),
+        Command::Sim(args) => sim::run(*args),
     }
 }

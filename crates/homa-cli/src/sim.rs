@@ -8,10 +8,13 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use homa_sim::report;
 use homa_sim::sim::{Pattern, Progress, SimSpec, Stop, Variant};
+use homa_sim::steady::SteadyPlan;
 use homa_sim::topology::Topology;
 use homa_workload::workload::Workload;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::time::Duration;
+use std::io::IsTerminal as _;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct SimArgs {
@@ -21,7 +24,9 @@ pub struct SimArgs {
     /// Offered load(s), fraction of host link bandwidth (wire bytes of DATA packets).
     #[arg(long, default_value = "0.8", value_delimiter = ',')]
     load: Vec<f64>,
-    /// Variant(s): homa, or basic (1 priority level, overcommitment 1).
+    /// Variant(s): homa; basic (today: 1 priority level, overcommitment 1,
+    /// not yet RAMCloud's BasicTransport); homa-1prio (the same ablation by
+    /// its own name); no-overcommit (8 levels, overcommitment 1).
     #[arg(long, default_value = "homa", value_delimiter = ',')]
     variant: Vec<String>,
     /// Priority levels (1..=8); default 8 for homa, 1 for basic.
@@ -64,23 +69,32 @@ pub struct SimArgs {
     /// uniform, or incast:N (N senders to one receiver at once).
     #[arg(long, default_value = "uniform")]
     pattern: String,
-    /// Measured messages per run.
-    #[arg(long, conflicts_with = "duration")]
+    /// Measured messages per run (instead of the default steady-state window).
+    #[arg(long, conflicts_with_all = ["duration", "window"])]
     messages: Option<u64>,
-    /// Simulated time to generate traffic for instead (e.g. 20ms, 1s, 500us, or ns).
-    #[arg(long)]
+    /// Simulated time to generate traffic for instead (e.g. 20ms, 1s, 500us,
+    /// or ns), the --warmup fraction included.
+    #[arg(long, conflicts_with = "window")]
     duration: Option<String>,
-    /// Fraction of the run at the start that is not measured.
+    /// Length of the steady-state measurement window (the default mode when
+    /// neither --messages nor --duration is given; default per workload:
+    /// 20 transmission times of its largest message, at least 5 ms).
+    #[arg(long)]
+    window: Option<String>,
+    /// Fraction of the run at the start that is not measured (--messages, --duration).
     #[arg(long, default_value = "0.1")]
     warmup: f64,
     /// Minimum warm-up in simulated time (e.g. 10ms): heavy-tailed workloads
-    /// need time for the backlog of large messages to build up.
+    /// need time for the backlog of large messages to build up. In the
+    /// steady-state mode, the warm-up itself (default per workload and load:
+    /// the backlog's relaxation time, at least 2 ms; see docs/simulation.md).
     #[arg(long)]
     warmup_time: Option<String>,
     /// After generation, traffic goes on until every measured message is in,
     /// for at most this multiple of the measured span (at least 10 ms).
-    #[arg(long, default_value = "4")]
-    drain_factor: f64,
+    /// Default 4, or 0.5 in the steady-state mode.
+    #[arg(long)]
+    drain_factor: Option<f64>,
     /// Random seed(s).
     #[arg(long, default_value = "1", value_delimiter = ',')]
     seed: Vec<u64>,
@@ -161,17 +175,27 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
     topo.switch_buffer_bytes = a.buffer_bytes;
     topo.spray = !a.no_spray;
     let pattern = Pattern::parse(&a.pattern).map_err(|e| anyhow!(e))?;
+    // None: the steady-state window, resolved per workload below.
     let stop = match (&a.duration, a.messages) {
-        (Some(d), _) => Stop::Duration(parse_duration(d)?),
-        (None, m) => Stop::Messages(m.unwrap_or(100_000)),
+        (Some(d), _) => Some(Stop::Duration(parse_duration(d)?)),
+        (None, Some(m)) => Some(Stop::Messages(m)),
+        (None, None) => None,
     };
+    let window = a.window.as_deref().map(parse_duration).transpose()?;
     if !(0.0..1.0).contains(&a.warmup) {
         bail!("--warmup must be in [0, 1)");
     }
-    let min_warmup = match &a.warmup_time {
-        Some(t) => parse_duration(t)?,
-        None => 0,
+    let warmup_time = a.warmup_time.as_deref().map(parse_duration).transpose()?;
+    let min_warmup = if stop.is_some() {
+        warmup_time.unwrap_or(0)
+    } else {
+        0
     };
+    if let Some(d) = a.drain_factor {
+        if d.is_nan() || d < 0.0 {
+            bail!("--drain-factor must be at least 0");
+        }
+    }
     let opt = |v: &[u8]| -> Vec<Option<u8>> {
         if v.is_empty() {
             vec![None]
@@ -214,7 +238,7 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
                     for &u in &unsched {
                         for &o in &overcommit {
                             for &seed in &a.seed {
-                                out.push(SimSpec {
+                                let mut spec = SimSpec {
                                     topology: topo,
                                     pattern,
                                     variant,
@@ -222,16 +246,31 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
                                     unsched_levels: a.unsched_levels,
                                     unsched_bytes: u,
                                     overcommit: o,
-                                    stop,
                                     warmup: a.warmup,
                                     min_warmup_ns: min_warmup,
-                                    drain_factor: a.drain_factor,
+                                    drain_factor: a.drain_factor.unwrap_or(4.0),
                                     seed,
                                     max_packet_size: a.max_packet_size,
                                     pool_bytes: a.pool_mb.map(|m| m << 20),
                                     keep_payloads: a.keep_payloads,
                                     ..SimSpec::new(workload.clone(), load)
-                                });
+                                };
+                                spec.stop = match stop {
+                                    Some(s) => s,
+                                    None => {
+                                        let mut plan = SteadyPlan::for_spec(&spec);
+                                        if let Some(w) = window {
+                                            plan.window_ns = w;
+                                        }
+                                        if let Some(w) = warmup_time {
+                                            plan.warmup_ns = w;
+                                        }
+                                        spec.drain_factor =
+                                            a.drain_factor.unwrap_or(plan.drain_factor);
+                                        plan.stop()
+                                    }
+                                };
+                                out.push(spec);
                             }
                         }
                     }
@@ -257,14 +296,23 @@ pub fn run(a: SimArgs) -> Result<()> {
         ProgressStyle::with_template("{prefix:>24} [{bar:30}] {pos}/{len} msgs {msg} ({elapsed})")
             .expect("valid template")
             .progress_chars("=> ");
+    // Runs by time: the bar is simulated microseconds up to the window's end.
+    let time_style = ProgressStyle::with_template("{prefix:>24} [{bar:30}] {msg} ({elapsed})")
+        .expect("valid template")
+        .progress_chars("=> ");
+    let by_time: Vec<bool> = specs
+        .iter()
+        .map(|s| !matches!(s.stop, Stop::Messages(_)))
+        .collect();
     let bars: Vec<ProgressBar> = specs
         .iter()
-        .map(|s| {
+        .zip(&by_time)
+        .map(|(s, &t)| {
             let b = multi.add(ProgressBar::new(match s.stop {
                 Stop::Messages(m) => m,
-                Stop::Duration(_) => 0,
+                _ => 0,
             }));
-            b.set_style(style.clone());
+            b.set_style(if t { time_style.clone() } else { style.clone() });
             b.set_prefix(format!(
                 "{} {:.0}% {}",
                 s.workload.name,
@@ -275,11 +323,33 @@ pub fn run(a: SimArgs) -> Result<()> {
             b
         })
         .collect();
+    // Without a terminal (a log file), a plain line per run every 30 s.
+    let plain = !a.quiet && !std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let last_line: Vec<Mutex<Instant>> = specs.iter().map(|_| Mutex::new(started)).collect();
     let progress = |i: usize, p: Progress| {
         let b = &bars[i];
-        b.set_length(p.target);
-        b.set_position(p.delivered);
-        b.set_message(format!("{:.2} ms simulated", p.now as f64 / 1e6));
+        let msg = format!(
+            "{:.2} of {:.2} ms simulated (window end), {} measured messages delivered",
+            p.now as f64 / 1e6,
+            p.window_end as f64 / 1e6,
+            p.delivered
+        );
+        if by_time[i] {
+            b.set_length(p.window_end.max(p.now) / 1_000);
+            b.set_position(p.now / 1_000);
+        } else {
+            b.set_length(p.target);
+            b.set_position(p.delivered);
+        }
+        if plain {
+            let mut last = last_line[i].lock().unwrap_or_else(|e| e.into_inner());
+            if last.elapsed() >= Duration::from_secs(30) {
+                *last = Instant::now();
+                eprintln!("[{}s] {}: {msg}", started.elapsed().as_secs(), b.prefix());
+            }
+        }
+        b.set_message(msg);
     };
     let reports = report::run_all(&specs, a.threads, &progress);
     for b in &bars {
@@ -346,6 +416,39 @@ mod tests {
     }
 
     #[test]
+    fn without_a_size_option_the_run_is_a_steady_state_window() {
+        let t = T::parse_from(["x", "--workload", "w4"]);
+        let s = &specs(&t.a).unwrap()[0];
+        let plan = SteadyPlan::for_spec(s);
+        assert_eq!(s.stop, plan.stop());
+        assert_eq!(s.drain_factor, plan.drain_factor);
+        let t = T::parse_from([
+            "x",
+            "--workload",
+            "w4",
+            "--window",
+            "30ms",
+            "--warmup-time",
+            "5ms",
+            "--drain-factor",
+            "2",
+        ]);
+        let s = &specs(&t.a).unwrap()[0];
+        assert_eq!(
+            s.stop,
+            Stop::Steady {
+                warmup_ns: 5_000_000,
+                window_ns: 30_000_000
+            }
+        );
+        assert_eq!(s.drain_factor, 2.0);
+        // The other modes keep their defaults.
+        let t = T::parse_from(["x", "--messages", "1000"]);
+        let s = &specs(&t.a).unwrap()[0];
+        assert_eq!((s.stop, s.drain_factor), (Stop::Messages(1000), 4.0));
+    }
+
+    #[test]
     fn bad_arguments_are_refused() {
         for args in [
             vec!["x", "--load", "0"],
@@ -355,6 +458,7 @@ mod tests {
             vec!["x", "--variant", "tcp"],
             vec!["x", "--warmup", "1.5"],
             vec!["x", "--duration", "0ms"],
+            vec!["x", "--drain-factor=-1"],
         ] {
             let t = T::parse_from(args.clone());
             assert!(specs(&t.a).is_err(), "{args:?}");

@@ -12,6 +12,9 @@
 //!   unscheduled priority plan (`homa_proto::priorities`).
 //! * [`sim`]: one run ([`sim::SimSpec`] in, [`sim::Report`] out).
 //! * [`report`]: tables, JSON, SVG, parallel sweeps.
+//! * [`steady`]: the steady-state window (warm-up, window, drain) and what
+//!   every run reports about its window (carried vs offered load, backlog,
+//!   statistics that count unfinished messages).
 //!
 //! Workloads, slowdown statistics and plots are `homa-workload`'s (the
 //! testbed shares them); the `crate::` paths below keep the modules' code
@@ -19,6 +22,7 @@
 pub mod priorities;
 pub mod report;
 pub mod sim;
+pub mod steady;
 pub mod topology;
 
 pub(crate) use homa_workload::{plot, stats, workload};

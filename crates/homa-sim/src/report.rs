@@ -3,6 +3,7 @@
 use crate::plot::{render_svg, Series};
 use crate::sim::{run, Progress, Report, SimSpec};
 use crate::stats::{Group, SlowdownTable};
+use crate::steady::SteadyGroup;
 use rayon::prelude::*;
 use std::fmt::Write;
 
@@ -99,6 +100,7 @@ pub fn table(r: &Report) -> String {
     if let Some(g) = &r.d1_through_core {
         group_row(&mut s, "d1 core", g);
     }
+    steady_section(&mut s, r);
     let th = &r.throughput;
     let _ = writeln!(
         s,
@@ -163,12 +165,79 @@ pub fn table(r: &Report) -> String {
     s
 }
 
+fn steady_row(s: &mut String, name: &str, g: &SteadyGroup) {
+    let mark = |exact: bool| if exact { " " } else { ">" };
+    let _ = writeln!(
+        s,
+        "  {:<8} {:>7}-{:<7} {:>8} {:>6} {}{:>7.2} {}{:>7.2}",
+        name,
+        fmt_size(g.min_size),
+        fmt_size(g.max_size),
+        g.count,
+        g.unfinished,
+        mark(g.p50_exact),
+        g.p50_slowdown,
+        mark(g.p99_exact),
+        g.p99_slowdown,
+    );
+}
+
+/// The measurement window: carried against offered load, backlog, and the
+/// deciles with unfinished messages counted.
+fn steady_section(s: &mut String, r: &Report) {
+    let st = &r.steady_state;
+    let _ = writeln!(
+        s,
+        "\n  measurement ({}): warm-up {:.1} ms, window {:.1} ms ({:.1} x the largest message's {:.2} ms), drain {:.1} ms",
+        st.mode,
+        st.warmup_ns as f64 / 1e6,
+        st.window_ns as f64 / 1e6,
+        st.window_over_max_tx,
+        st.max_message_tx_ns as f64 / 1e6,
+        st.drain_ns as f64 / 1e6
+    );
+    let _ = writeln!(
+        s,
+        "  load on host downlinks (DATA wire bytes): offered {:.3} (generated in the window {:.3}), carried {:.3} ({:+.1}%); backlog {:.1} MB -> {:.1} MB",
+        st.offered_load,
+        st.offered_load_window,
+        st.carried_load,
+        (st.carried_over_offered - 1.0) * 100.0,
+        st.backlog_start_bytes as f64 / 1e6,
+        st.backlog_end_bytes as f64 / 1e6
+    );
+    let _ = writeln!(
+        s,
+        "  steady state: {}; every decile's p99 exact: {}{}",
+        if st.steady { "yes" } else { "NO" },
+        if st.complete { "yes" } else { "no" },
+        if st.problems.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", st.problems.join("; "))
+        }
+    );
+    let _ = writeln!(
+        s,
+        "  every measured message (unfinished ones at their age, '>' = lower bound):"
+    );
+    let _ = writeln!(
+        s,
+        "  {:<8} {:>15} {:>8} {:>6} {:>8} {:>8}",
+        "group", "sizes (B)", "count", "unfin", "p50", "p99"
+    );
+    for (i, g) in st.deciles.iter().enumerate() {
+        steady_row(s, &format!("d{}", i + 1), g);
+    }
+    steady_row(s, "top 1%", &st.top1pct);
+}
+
 /// One line per run: the numbers the paper's claims are about.
 pub fn summary(reports: &[Report]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<10} {:>5} {:<18} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8}",
+        "{:<10} {:>5} {:<18} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>6}",
         "workload",
         "load",
         "variant",
@@ -178,14 +247,16 @@ pub fn summary(reports: &[Report]) -> String {
         "d10 p99",
         "top1 p99",
         "unfin",
-        "Mev/s"
+        "Mev/s",
+        "carried",
+        "steady"
     );
     for r in reports {
         let d1 = r.deciles.first();
         let d10 = r.deciles.last();
         let _ = writeln!(
             s,
-            "{:<10} {:>5.2} {:<18} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>6} {:>8.2}",
+            "{:<10} {:>5.2} {:<18} {:>8} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>6} {:>8.2} {:>8.3} {:>6}",
             r.workload,
             r.load,
             r.variant,
@@ -195,7 +266,9 @@ pub fn summary(reports: &[Report]) -> String {
             d10.map_or(f64::NAN, |g| g.p99_slowdown),
             r.top1pct.p99_slowdown,
             r.unfinished,
-            r.events_per_cpu_second / 1e6
+            r.events_per_cpu_second / 1e6,
+            r.steady_state.carried_load,
+            if r.steady_state.steady { "yes" } else { "no" }
         );
     }
     s

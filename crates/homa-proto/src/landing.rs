@@ -13,10 +13,9 @@
 //! peeked headers overwrites nothing that was received; the driver checks
 //! that the headers it read are the ones it peeked before reporting.
 
-use crate::endpoint::{Endpoint, ServerEntry};
+use crate::endpoint::Endpoint;
 use crate::incoming::DataPayload;
 use crate::metrics::DropReason;
-use crate::peer::ServerKey;
 use crate::time::Time;
 use crate::wire::{self, PacketType, DATA_PACKET_OVERHEAD};
 use smallvec::SmallVec;
@@ -56,18 +55,7 @@ impl Endpoint {
             return None;
         }
         let (c, h, len) = wire::decode_data_head(head, datagram_len).ok()?;
-        let pk = self.peers.find(from)?;
-        let key = if c.from_client {
-            match self.server_ids.get(ServerKey {
-                peer: pk,
-                id: c.rpc_id,
-            })? {
-                ServerEntry::Live(k) => k,
-                ServerEntry::Tomb(_) => return None,
-            }
-        } else {
-            self.lookup(Some(pk), &c)?
-        };
+        let key = self.lookup(self.peers.find(from), &c)?;
         let rpc = self.rpcs.get(key)?;
         let inc = rpc.inc.as_ref()?;
         let alloc = inc.alloc.as_ref()?;

@@ -600,56 +600,18 @@ impl Pool {
         true
     }
 
-    /// Copies `data` to message offset `offset` of `alloc`.
-    /// Panics if `offset + data.len() > alloc.len()` (engine bug).
-    pub fn write(&mut self, alloc: &Allocation, offset: usize, data: &[u8]) {
-        assert!(
-            alloc.shared == self.shared,
-            "allocation belongs to another pool"
-        );
-        let end = offset
-            .checked_add(data.len())
-            .filter(|&e| e <= alloc.len)
-            .unwrap_or_else(|| {
-                panic!(
-                    "write of {} bytes at {offset} exceeds allocation of {}",
-                    data.len(),
-                    alloc.len
-                )
-            });
-        let mut pos = offset;
-        while pos < end {
-            // All chunks but the last are whole bpages.
-            let idx = pos / BPAGE_SIZE;
-            let (start, stop) = alloc.layout.piece(idx).expect("offset within allocation");
-            let within = pos - idx * BPAGE_SIZE;
-            let n = (stop - start - within).min(end - pos);
-            let src = &data[pos - offset..pos - offset + n];
-            // SAFETY: the destination lies inside a chunk of `alloc`, which is
-            // live (we hold `&alloc`) and not yet a message, so no one else
-            // reads or writes these bytes; `src` is a separate Rust slice.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    src.as_ptr(),
-                    self.shared().base.as_ptr().add(start + within),
-                    n,
-                );
-            }
-            pos += n;
-        }
-    }
-
-    /// The pool bytes that hold message bytes `offset..offset + len` of
-    /// `alloc`, in order (one slice per bpage piece the range touches), for
-    /// a driver that has the kernel write a payload there directly
-    /// ([`crate::Endpoint::landing_site`]). Panics if the range exceeds the
-    /// allocation (engine bug).
-    pub(crate) fn spans_mut(
-        &mut self,
-        alloc: &Allocation,
+    /// Where message bytes `offset..offset + len` of `alloc` lie in the
+    /// pool, in order: (pool offset, length) per bpage piece the range
+    /// touches (all pieces but the last are whole bpages). Panics if the
+    /// range exceeds the allocation or the allocation is another pool's
+    /// (engine bugs).
+    #[inline]
+    fn pieces<'a>(
+        &self,
+        alloc: &'a Allocation,
         offset: usize,
         len: usize,
-    ) -> smallvec::SmallVec<[&mut [u8]; 2]> {
+    ) -> impl Iterator<Item = (usize, usize)> + 'a {
         assert!(
             alloc.shared == self.shared,
             "allocation belongs to another pool"
@@ -657,24 +619,62 @@ impl Pool {
         let end = offset
             .checked_add(len)
             .filter(|&e| e <= alloc.len)
-            .expect("span within allocation");
-        let base = self.shared().base.as_ptr();
-        let mut spans = smallvec::SmallVec::new();
+            .unwrap_or_else(|| {
+                panic!(
+                    "a range of {len} bytes at {offset} exceeds allocation of {}",
+                    alloc.len
+                )
+            });
+        let layout = &alloc.layout;
         let mut pos = offset;
-        while pos < end {
+        std::iter::from_fn(move || {
+            if pos >= end {
+                return None;
+            }
             let idx = pos / BPAGE_SIZE;
-            let (start, stop) = alloc.layout.piece(idx).expect("offset within allocation");
+            let (start, stop) = layout.piece(idx).expect("offset within allocation");
             let within = pos - idx * BPAGE_SIZE;
             let n = (stop - start - within).min(end - pos);
+            pos += n;
+            Some((start + within, n))
+        })
+    }
+
+    /// Copies `data` to message offset `offset` of `alloc`.
+    /// Panics if `offset + data.len() > alloc.len()` (engine bug).
+    pub fn write(&mut self, alloc: &Allocation, offset: usize, data: &[u8]) {
+        let base = self.shared().base.as_ptr();
+        let mut from = 0;
+        for (at, n) in self.pieces(alloc, offset, data.len()) {
+            // SAFETY: the destination lies inside a chunk of `alloc`, which is
+            // live (we hold `&alloc`) and not yet a message, so no one else
+            // reads or writes these bytes; `data` is a separate Rust slice.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data[from..from + n].as_ptr(), base.add(at), n);
+            }
+            from += n;
+        }
+    }
+
+    /// The pool bytes that hold message bytes `offset..offset + len` of
+    /// `alloc`, in order (one slice per bpage piece the range touches), for
+    /// a driver that has the kernel write a payload there directly
+    /// ([`crate::Endpoint::landing_site`]). Panics as [`Self::write`] does.
+    pub(crate) fn spans_mut(
+        &mut self,
+        alloc: &Allocation,
+        offset: usize,
+        len: usize,
+    ) -> smallvec::SmallVec<[&mut [u8]; 2]> {
+        let base = self.shared().base.as_ptr();
+        self.pieces(alloc, offset, len)
             // SAFETY: as in `write`: the bytes lie inside a chunk of `alloc`,
             // which is live and not yet a message, so no one else reads or
             // writes them; distinct pieces of one allocation never overlap,
             // and the slices borrow `self` mutably, so no other pool call
             // (which could hand these bytes out) runs while they live.
-            spans.push(unsafe { std::slice::from_raw_parts_mut(base.add(start + within), n) });
-            pos += n;
-        }
-        spans
+            .map(|(at, n)| unsafe { std::slice::from_raw_parts_mut(base.add(at), n) })
+            .collect()
     }
 
     /// A whole message of `data` (one that arrived in one packet): reserve,

@@ -347,26 +347,9 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
     } else if ptype != PacketType::Data {
         check_reserved(&buf[3..4])?;
     }
-    let common = CommonHeader {
-        from_client: flags & FLAG_FROM_CLIENT != 0,
-        retransmit: flags & FLAG_RETRANSMIT != 0,
-        rpc_id: u64_at(buf, 8),
-        send_time: u64_at(buf, 16),
-        echo_time: u64_at(buf, 24),
-    };
-    if common.rpc_id == 0 {
-        return Err(DecodeError::ZeroRpcId);
-    }
+    let common = common_header(buf, flags)?;
     let body = &buf[COMMON_HEADER_LEN..];
-    let exact = |n: usize| -> Result<(), DecodeError> {
-        if body.len() < n {
-            Err(DecodeError::Truncated(buf.len()))
-        } else if body.len() > n {
-            Err(DecodeError::TrailingBytes(ptype, body.len() - n))
-        } else {
-            Ok(())
-        }
-    };
+    let exact = |n: usize| exact_body(ptype, buf.len(), n);
     let priority = |p: u8| -> Result<u8, DecodeError> {
         if (p as usize) < MAX_PRIORITIES {
             Ok(p)
@@ -452,6 +435,37 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
     })
 }
 
+/// The common header of a datagram at least [`COMMON_HEADER_LEN`] long
+/// whose flags byte (`flags`) has been checked.
+#[inline]
+fn common_header(buf: &[u8], flags: u8) -> Result<CommonHeader, DecodeError> {
+    let common = CommonHeader {
+        from_client: flags & FLAG_FROM_CLIENT != 0,
+        retransmit: flags & FLAG_RETRANSMIT != 0,
+        rpc_id: u64_at(buf, 8),
+        send_time: u64_at(buf, 16),
+        echo_time: u64_at(buf, 24),
+    };
+    if common.rpc_id == 0 {
+        return Err(DecodeError::ZeroRpcId);
+    }
+    Ok(common)
+}
+
+/// A `ptype` datagram of `total` bytes must hold exactly `body` bytes after
+/// its common header: a cut or extended datagram is refused.
+#[inline]
+fn exact_body(ptype: PacketType, total: usize, body: usize) -> Result<(), DecodeError> {
+    let have = total.saturating_sub(COMMON_HEADER_LEN);
+    if have < body {
+        Err(DecodeError::Truncated(total))
+    } else if have > body {
+        Err(DecodeError::TrailingBytes(ptype, have - body))
+    } else {
+        Ok(())
+    }
+}
+
 /// The DATA header at the start of `body` (after the common header), checked
 /// against the length of the payload that follows it.
 #[inline]
@@ -510,27 +524,9 @@ pub fn decode_data_head(
     if head[DATA_PAD_AT] != 0 || u32_at(head, CHECKSUM_RANGE.start) != 0 {
         return Err(DecodeError::NotLandable);
     }
-    let common = CommonHeader {
-        from_client: flags & FLAG_FROM_CLIENT != 0,
-        retransmit: flags & FLAG_RETRANSMIT != 0,
-        rpc_id: u64_at(head, 8),
-        send_time: u64_at(head, 16),
-        echo_time: u64_at(head, 24),
-    };
-    if common.rpc_id == 0 {
-        return Err(DecodeError::ZeroRpcId);
-    }
+    let common = common_header(head, flags)?;
     let declared = u16_at(head, PAYLOAD_LEN_AT) as usize;
-    match (DATA_PACKET_OVERHEAD + declared).cmp(&datagram_len) {
-        core::cmp::Ordering::Greater => return Err(DecodeError::Truncated(datagram_len)),
-        core::cmp::Ordering::Less => {
-            return Err(DecodeError::TrailingBytes(
-                PacketType::Data,
-                datagram_len - DATA_PACKET_OVERHEAD - declared,
-            ))
-        }
-        core::cmp::Ordering::Equal => {}
-    }
+    exact_body(PacketType::Data, datagram_len, DATA_HEADER_LEN + declared)?;
     let header = data_header(&head[COMMON_HEADER_LEN..], declared)?;
     Ok((common, header, declared))
 }

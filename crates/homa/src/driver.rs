@@ -428,49 +428,29 @@ impl Shared {
         let mut d_drained = false;
         let mut got = false;
         for _ in 0..MAX_RX_ROUNDS {
-            if faults.is_none() && self.cfg.landing && rx.landing() {
-                let out = self.land_one(engine, rx, stats, now);
-                match out {
-                    RecvOutcome::Received(_) => {
-                        got = true;
-                        if engine.may_transmit() {
-                            // What arrived made something to send (a
-                            // grant, granted data): send it before
-                            // receiving more (see below).
-                            break;
+            let out = if faults.is_none() && self.cfg.landing && rx.landing() {
+                self.land_one(engine, rx, stats, now)
+            } else {
+                rx.recv(&self.sock, stats, |src, data, seg| match faults.as_mut() {
+                    // Loss is injected per packet.
+                    Some(f) => {
+                        for pkt in data.chunks(seg.max(1)) {
+                            if !f.drop_rx() {
+                                engine.handle_datagram(now, src, pkt);
+                            }
                         }
-                        continue;
-                    }
-                    RecvOutcome::Empty => {
-                        d_drained = true;
-                        break;
-                    }
-                    RecvOutcome::Error => {
-                        if self.sock.read_errors(errors, stats) == 0 {
-                            break;
-                        }
-                        continue;
-                    }
-                }
-            }
-            let out = rx.recv(&self.sock, stats, |src, data, seg| match faults.as_mut() {
-                // Loss is injected per packet.
-                Some(f) => {
-                    for pkt in data.chunks(seg.max(1)) {
-                        if !f.drop_rx() {
-                            engine.handle_datagram(now, src, pkt);
+                        if data.is_empty() && !f.drop_rx() {
+                            engine.handle_datagram(now, src, data);
                         }
                     }
-                    if data.is_empty() && !f.drop_rx() {
-                        engine.handle_datagram(now, src, data);
-                    }
-                }
-                None => engine.handle_datagrams(now, src, data, seg),
-            });
+                    None => engine.handle_datagrams(now, src, data, seg),
+                })
+            };
             match out {
                 RecvOutcome::Received(true) => {
                     got = true;
-                    // A full batch: more may be waiting, but if what arrived
+                    // A full batch (or, while landing, any datagram): more
+                    // may be waiting, but if what arrived
                     // made something to send, the pass sends it first. A
                     // receiver of long messages otherwise copied up to
                     // MAX_RX_ROUNDS batches (megabytes) before its grants
@@ -547,9 +527,13 @@ impl Shared {
             }
         }
         rx.not_landed(stats);
-        rx.recv_single(&self.sock, stats, |src, data, seg| {
+        match rx.recv_one(&self.sock, stats, |src, data, seg| {
             engine.handle_datagrams(now, src, data, seg)
-        })
+        }) {
+            // While landing, datagrams come one per call: more may wait.
+            RecvOutcome::Received(_) => RecvOutcome::Received(true),
+            other => other,
+        }
     }
 
     /// Fails client RPCs whose peer the network declared unreachable.

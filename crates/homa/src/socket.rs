@@ -496,7 +496,7 @@ impl RxBatch {
     /// datagram is cut by its packets' own lengths
     /// (`wire::coalesced_segment`). Every busy poll and every short
     /// exchange comes here; it touches no message header.
-    fn recv_one(
+    pub(crate) fn recv_one(
         &mut self,
         sock: &UdpSocket,
         stats: &mut SocketStats,
@@ -750,16 +750,6 @@ impl RxBatch {
         stats.bytes_received += len as u64;
         self.since_landed = 0;
         Landed::Whole(head)
-    }
-
-    /// One datagram the ordinary way (into this batch's buffer).
-    pub(crate) fn recv_single(
-        &mut self,
-        sock: &UdpSocket,
-        stats: &mut SocketStats,
-        f: impl FnMut(SocketAddr, &[u8], usize),
-    ) -> RecvOutcome {
-        self.recv_one(sock, stats, f)
     }
 
     /// A peeked datagram that will not land; after enough in a row, landing

@@ -107,7 +107,7 @@ fn tick(checksum: bool, rate: u64, secs: u64) -> (f64, f64, f64) {
     let mut buf = Vec::with_capacity(2048);
     let req = Bytes::from(vec![1u8; 100]);
     let step = 1_000_000_000 / rate;
-    let warm = b.config().tombstone_ns + 1_000;
+    let warm = b.config().effective_tombstone_ns() + 1_000;
     let count = secs * rate;
     let mut now = 1_000u64;
     let (mut ticks, mut tick_total, mut tick_max) = (0u64, 0u64, 0u64);

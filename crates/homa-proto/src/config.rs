@@ -73,13 +73,18 @@ pub struct Config {
     /// Messages no longer than this skip the queue limit (they are sent at once).
     pub pacer_bypass_bytes: u32,
     /// Silence (ns) after which a receiver asks for missing bytes again.
-    pub resend_interval_ns: u64,
+    /// `None`: derived from the link, max(1 ms, 100 full packets' wire
+    /// time) ([`Self::effective_resend_interval_ns`]).
+    pub resend_interval_ns: Option<u64>,
     /// Silence (ns) from a peer after which an RPC is abandoned (client: fails
-    /// with [`crate::RpcError::Timeout`]).
-    pub rpc_timeout_ns: u64,
+    /// with [`crate::RpcError::Timeout`]). `None`: derived from the link,
+    /// max(2 s, 100 wire times of the largest message)
+    /// ([`Self::effective_rpc_timeout_ns`]).
+    pub rpc_timeout_ns: Option<u64>,
     /// A server keeps the id of an acknowledged RPC this long (ns) so that
-    /// delayed duplicates of its request are not executed again.
-    pub tombstone_ns: u64,
+    /// delayed duplicates of its request are not executed again. `None`:
+    /// 20 resend intervals ([`Self::effective_tombstone_ns`]).
+    pub tombstone_ns: Option<u64>,
     /// A peer with no RPCs is forgotten after this long (ns).
     pub peer_idle_ns: u64,
     /// Largest message accepted or sent.
@@ -183,9 +188,9 @@ impl Default for Config {
             pacer_fifo_permille: 50,
             max_nic_queue_ns: None,
             pacer_bypass_bytes: 1_000,
-            resend_interval_ns: 1_000_000,
-            rpc_timeout_ns: 2_000_000_000,
-            tombstone_ns: 100_000_000,
+            resend_interval_ns: None,
+            rpc_timeout_ns: None,
+            tombstone_ns: None,
             peer_idle_ns: 10_000_000_000,
             max_message_length: 1_000_000,
             max_server_rpcs_per_peer: 10_000,
@@ -275,6 +280,11 @@ pub const RESEND_PACKET_TIMES: u64 = 100;
 pub const TIMEOUT_MESSAGE_TIMES: u64 = 100;
 /// Resend intervals a tombstone lives.
 pub const TOMBSTONE_RESEND_INTERVALS: u64 = 20;
+/// The shortest derived resend interval (ns): on a fast link, 100 packet
+/// times are less than the scheduling noise of a host.
+pub const MIN_RESEND_INTERVAL_NS: u64 = 1_000_000;
+/// The shortest derived RPC timeout (ns).
+pub const MIN_RPC_TIMEOUT_NS: u64 = 2_000_000_000;
 
 impl NetworkProfile {
     /// Bytes in one RTT at the link rate, rounded up to whole full packets'
@@ -325,9 +335,10 @@ impl Config {
     /// * `grant_window` = one RTT of bytes rounded up to whole packets
     ///   ([`NetworkProfile::rtt_packet_bytes`]); `unsched_bytes` the same
     ///   unless overridden;
-    /// * `resend_interval_ns` = max(1 ms, 100 full packets' wire time);
-    /// * `rpc_timeout_ns` = max(2 s, 100 wire times of the largest message);
-    /// * `tombstone_ns` = 20 resend intervals;
+    /// * `resend_interval_ns`, `rpc_timeout_ns`, `tombstone_ns` unset, so
+    ///   that the engine derives them from the link and packet size it is
+    ///   finally given ([`Self::effective_resend_interval_ns`] and
+    ///   neighbours);
     /// * `max_nic_queue_ns` = `nic_queue_packets` full packets' wire time
     ///   (`None`, which the engine reads as one packet, for 1);
     /// * levels, unscheduled levels and cutoffs from the message sizes
@@ -358,15 +369,11 @@ impl Config {
         c.max_message_length = network.max_message_length;
         c.grant_window = Some(network.rtt_packet_bytes());
         c.unsched_bytes = Some(network.unsched_bytes());
+        // Derived from the facts just set, whenever the engine reads them.
+        c.resend_interval_ns = None;
+        c.rpc_timeout_ns = None;
+        c.tombstone_ns = None;
         let packet_ns = c.wire_time_ns(c.max_packet_size);
-        c.resend_interval_ns = base
-            .resend_interval_ns
-            .max(RESEND_PACKET_TIMES.saturating_mul(packet_ns));
-        let message_ns = c.wire_time_ns(c.max_message_length as usize);
-        c.rpc_timeout_ns = base
-            .rpc_timeout_ns
-            .max(TIMEOUT_MESSAGE_TIMES.saturating_mul(message_ns));
-        c.tombstone_ns = TOMBSTONE_RESEND_INTERVALS.saturating_mul(c.resend_interval_ns);
         // `None` already means one full packet's wire time.
         c.max_nic_queue_ns = (network.nic_queue_packets > 1)
             .then(|| packet_ns.saturating_mul(network.nic_queue_packets as u64));
@@ -454,6 +461,31 @@ impl Config {
             }
         }
     }
+    /// Silence after which a receiver asks for missing bytes again:
+    /// `resend_interval_ns`, or max(1 ms, [`RESEND_PACKET_TIMES`] full
+    /// packets' wire time) when unset.
+    pub fn effective_resend_interval_ns(&self) -> u64 {
+        self.resend_interval_ns.unwrap_or_else(|| {
+            MIN_RESEND_INTERVAL_NS
+                .max(RESEND_PACKET_TIMES.saturating_mul(self.wire_time_ns(self.max_packet_size)))
+        })
+    }
+    /// Silence after which an RPC is abandoned: `rpc_timeout_ns`, or
+    /// max(2 s, [`TIMEOUT_MESSAGE_TIMES`] wire times of the largest message)
+    /// when unset.
+    pub fn effective_rpc_timeout_ns(&self) -> u64 {
+        self.rpc_timeout_ns.unwrap_or_else(|| {
+            let message_ns = self.wire_time_ns(self.max_message_length as usize);
+            MIN_RPC_TIMEOUT_NS.max(TIMEOUT_MESSAGE_TIMES.saturating_mul(message_ns))
+        })
+    }
+    /// How long a tombstone lives: `tombstone_ns`, or
+    /// [`TOMBSTONE_RESEND_INTERVALS`] resend intervals when unset.
+    pub fn effective_tombstone_ns(&self) -> u64 {
+        self.tombstone_ns.unwrap_or_else(|| {
+            TOMBSTONE_RESEND_INTERVALS.saturating_mul(self.effective_resend_interval_ns())
+        })
+    }
     pub fn effective_max_nic_queue_ns(&self) -> u64 {
         self.max_nic_queue_ns
             .unwrap_or_else(|| self.wire_time_ns(self.max_packet_size))
@@ -511,7 +543,9 @@ impl Config {
         if self.grant_fifo_permille > 1000 || self.pacer_fifo_permille > 1000 {
             return bad("fifo fractions are per-mille (0..=1000)".into());
         }
-        if self.resend_interval_ns == 0 || self.rpc_timeout_ns < self.resend_interval_ns {
+        if self.effective_resend_interval_ns() == 0
+            || self.effective_rpc_timeout_ns() < self.effective_resend_interval_ns()
+        {
             return bad("need 0 < resend_interval_ns <= rpc_timeout_ns".into());
         }
         for (name, w) in [("pad_v4", self.pad_v4), ("pad_v6", self.pad_v6)] {
@@ -530,9 +564,9 @@ impl Config {
         }
         const DAY_NS: u64 = 86_400_000_000_000;
         for (name, v) in [
-            ("resend_interval_ns", self.resend_interval_ns),
-            ("rpc_timeout_ns", self.rpc_timeout_ns),
-            ("tombstone_ns", self.tombstone_ns),
+            ("resend_interval_ns", self.effective_resend_interval_ns()),
+            ("rpc_timeout_ns", self.effective_rpc_timeout_ns()),
+            ("tombstone_ns", self.effective_tombstone_ns()),
             ("peer_idle_ns", self.peer_idle_ns),
             ("rtt_ns", self.rtt_ns),
             ("max_nic_queue_ns", self.max_nic_queue_ns.unwrap_or(0)),
@@ -573,6 +607,9 @@ pub(crate) struct Derived {
     unsched_bytes: u32,
     top_priority: u8,
     keepalive_ns: u64,
+    resend_interval_ns: u64,
+    rpc_timeout_ns: u64,
+    tombstone_ns: u64,
     cutoffs: [u32; MAX_PRIORITIES],
 }
 
@@ -582,7 +619,11 @@ impl Derived {
             data_per_packet: config.max_data_per_packet() as u32,
             unsched_bytes: config.effective_unsched_bytes(),
             top_priority: config.priority_levels - 1,
-            keepalive_ns: (config.rpc_timeout_ns / 4).max(config.resend_interval_ns),
+            keepalive_ns: (config.effective_rpc_timeout_ns() / 4)
+                .max(config.effective_resend_interval_ns()),
+            resend_interval_ns: config.effective_resend_interval_ns(),
+            rpc_timeout_ns: config.effective_rpc_timeout_ns(),
+            tombstone_ns: config.effective_tombstone_ns(),
             cutoffs: config.cutoff_table(),
         }
     }
@@ -614,6 +655,26 @@ impl Derived {
         self.keepalive_ns
     }
 
+    /// Silence after which a receiver asks for missing bytes again
+    /// (`Config::effective_resend_interval_ns`).
+    #[inline]
+    pub fn resend_interval_ns(&self) -> u64 {
+        self.resend_interval_ns
+    }
+
+    /// Silence after which an RPC is abandoned
+    /// (`Config::effective_rpc_timeout_ns`).
+    #[inline]
+    pub fn rpc_timeout_ns(&self) -> u64 {
+        self.rpc_timeout_ns
+    }
+
+    /// How long a tombstone lives (`Config::effective_tombstone_ns`).
+    #[inline]
+    pub fn tombstone_ns(&self) -> u64 {
+        self.tombstone_ns
+    }
+
     /// Our unscheduled cutoffs (`Config::cutoff_table`), as CUTOFFS
     /// announces them.
     #[inline]
@@ -642,8 +703,8 @@ mod tests {
             priority_levels: 4,
             unsched_priorities: 2,
             unsched_cutoffs: [1_000, 10_000, 0, 0, 0, 0, 0, 0],
-            rpc_timeout_ns: 100_000_000,
-            resend_interval_ns: 1_000_000,
+            rpc_timeout_ns: Some(100_000_000),
+            resend_interval_ns: Some(1_000_000),
             ..Config::default()
         };
         let d = Derived::new(&c);
@@ -660,7 +721,7 @@ mod tests {
         assert_eq!(d.unsched_level(u32::MAX), 2);
         // A short RPC timeout: keep-alives every resend interval.
         let c = Config {
-            rpc_timeout_ns: 2_000_000,
+            rpc_timeout_ns: Some(2_000_000),
             ..c
         };
         assert_eq!(Derived::new(&c).keepalive_ns(), 1_000_000);
@@ -744,7 +805,7 @@ mod tests {
                 ..Config::default()
             },
             Config {
-                resend_interval_ns: 0,
+                resend_interval_ns: Some(0),
                 ..Config::default()
             },
             Config {
@@ -765,9 +826,9 @@ mod tests {
         assert_eq!(c.grant_window, Some(45 * 1416));
         assert_eq!(c.unsched_bytes, Some(45 * 1416));
         assert_eq!(c.effective_max_incoming(), 8 * 45 * 1416);
-        assert_eq!(c.resend_interval_ns, 1_000_000);
-        assert_eq!(c.rpc_timeout_ns, 2_000_000_000);
-        assert_eq!(c.tombstone_ns, 20_000_000);
+        assert_eq!(c.effective_resend_interval_ns(), 1_000_000);
+        assert_eq!(c.effective_rpc_timeout_ns(), 2_000_000_000);
+        assert_eq!(c.effective_tombstone_ns(), 20_000_000);
         assert_eq!(c.max_nic_queue_ns, None);
         assert_eq!(c.effective_max_nic_queue_ns(), 492);
         // No sizes: the base cutoffs and version.
@@ -792,9 +853,12 @@ mod tests {
         c.validate().unwrap();
         let packet_ns = c.wire_time_ns(1472);
         assert_eq!(packet_ns, 123_040);
-        assert_eq!(c.resend_interval_ns, 100 * packet_ns);
-        assert_eq!(c.rpc_timeout_ns, 100 * c.wire_time_ns(1_000_000));
-        assert_eq!(c.tombstone_ns, 20 * 100 * packet_ns);
+        assert_eq!(c.effective_resend_interval_ns(), 100 * packet_ns);
+        assert_eq!(
+            c.effective_rpc_timeout_ns(),
+            100 * c.wire_time_ns(1_000_000)
+        );
+        assert_eq!(c.effective_tombstone_ns(), 20 * 100 * packet_ns);
         assert_eq!(c.max_nic_queue_ns, Some(2 * packet_ns));
         // 3,125 B of RTT: three packets.
         assert_eq!(c.grant_window, Some(3 * 1416));

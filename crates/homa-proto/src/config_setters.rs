@@ -100,11 +100,11 @@ setters! {
     /// Messages up to this many bytes skip the NIC queue limit.
     plain with_pacer_bypass_bytes(pacer_bypass_bytes: u32) = 1_000;
     /// Silence (ns) after which a receiver asks for missing bytes again.
-    plain with_resend_interval_ns(resend_interval_ns: u64) = 1_000_000;
+    opt with_resend_interval_ns(resend_interval_ns: Option<u64>) = None;
     /// Silence (ns) from a peer after which an RPC is abandoned.
-    plain with_rpc_timeout_ns(rpc_timeout_ns: u64) = 2_000_000_000;
+    opt with_rpc_timeout_ns(rpc_timeout_ns: Option<u64>) = None;
     /// How long (ns) a server remembers an acknowledged RPC's id.
-    plain with_tombstone_ns(tombstone_ns: u64) = 100_000_000;
+    opt with_tombstone_ns(tombstone_ns: Option<u64>) = None;
     /// A peer with no RPCs is forgotten after this long (ns).
     plain with_peer_idle_ns(peer_idle_ns: u64) = 10_000_000_000;
     /// Largest message accepted or sent, bytes.

@@ -852,7 +852,7 @@ impl Endpoint {
     }
 
     fn tombstones_on(&self) -> bool {
-        !self.shut_down && self.config.tombstone_ns > 0
+        !self.shut_down && self.derived.tombstone_ns() > 0
     }
 
     /// Makes `sk` a tombstone expiring `tombstone_ns` from now: a server RPC
@@ -863,7 +863,7 @@ impl Endpoint {
         while self.tombstones.is_full() {
             self.expire_batch(Time::MAX);
         }
-        let expiry = now.saturating_add(self.config.tombstone_ns);
+        let expiry = now.saturating_add(self.derived.tombstone_ns());
         let n = self.tombstones.next_number();
         // Refreshing a tombstone leaves its older queue entry behind; that
         // entry's number no longer matches and it is skipped when it comes up.

@@ -274,7 +274,7 @@ impl Endpoint {
     }
 
     fn maybe_send_cutoffs(&mut self, now: Time, from: SocketAddr, pk: PeerKey, c: &CommonHeader) {
-        let interval = self.config.resend_interval_ns;
+        let interval = self.derived.resend_interval_ns();
         let peer = self.peers.info_mut(pk);
         if peer.cutoffs_sent_at.is_some_and(|t| now < t + interval) {
             return;
@@ -553,7 +553,7 @@ mod tests {
             max_overcommit: 2,
             max_incoming: Some(40_000),
             grant_fifo_permille: 200,
-            resend_interval_ns: 50_000,
+            resend_interval_ns: Some(50_000),
             checksum: false,
             ..Config::default()
         };

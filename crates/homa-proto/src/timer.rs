@@ -58,7 +58,7 @@ impl Ticker {
     pub fn new(config: &crate::Config) -> Ticker {
         Ticker {
             next: Time::MAX,
-            interval: (config.resend_interval_ns / 2).max(1),
+            interval: (config.effective_resend_interval_ns() / 2).max(1),
         }
     }
 
@@ -170,7 +170,7 @@ impl Endpoint {
         key: RpcKey,
         resends: &mut BTreeMap<PeerKey, Vec<(Time, RpcKey, ControlBody)>>,
     ) {
-        let resend = self.config.resend_interval_ns;
+        let resend = self.derived.resend_interval_ns();
         let unsched = self.derived.unsched_bytes();
         let top = self.derived.top_priority();
         let rpc = &self.rpcs[key];
@@ -181,7 +181,7 @@ impl Endpoint {
         // if it is never served.)
         if let (true, Some(inc)) = (rpc.is_client, &rpc.inc) {
             if inc.waiting_for_pool
-                && now.saturating_sub(inc.pool_wait_since) >= self.config.rpc_timeout_ns
+                && now.saturating_sub(inc.pool_wait_since) >= self.derived.rpc_timeout_ns()
             {
                 self.metrics.pool_timeouts += 1;
                 self.fail_client(now, key, crate::RpcError::PoolExhausted);
@@ -217,7 +217,7 @@ impl Endpoint {
             }
             _ => (false, Prod::Nothing),
         };
-        if waiting && silent >= self.config.rpc_timeout_ns {
+        if waiting && silent >= self.derived.rpc_timeout_ns() {
             self.metrics.timeouts += 1;
             if rpc.is_client {
                 self.fail_client(now, key, crate::RpcError::Timeout);
@@ -279,7 +279,7 @@ mod tests {
     #[test]
     fn ticks_come_an_interval_after_work_and_never_when_idle() {
         let config = crate::Config {
-            resend_interval_ns: 1_000,
+            resend_interval_ns: Some(1_000),
             ..crate::Config::default()
         };
         let mut t = Ticker::new(&config);

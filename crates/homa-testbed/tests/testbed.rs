@@ -374,7 +374,7 @@ fn short_bench_run(tag: char, t: Transport) {
         homa.engine.link_bps = 97_000_000;
         homa.engine.rtt_ns = 150_000;
         // Generous: the test checks completeness, and CI machines stall.
-        homa.engine.rpc_timeout_ns = 20_000_000_000;
+        homa.engine.rpc_timeout_ns = Some(20_000_000_000);
         let mut servers = Vec::new();
         for i in 0..3 {
             let spec = ServerSpec {

@@ -27,14 +27,16 @@ const V6_OVERHEAD: usize = 48;
 ///     .engine(|e| e.with_rpc_timeout_ns(500_000_000))
 ///     .build();
 /// assert_eq!(cfg.mtu, homa::Mtu::Interface);
-/// assert_eq!(cfg.engine.rpc_timeout_ns, 500_000_000);
+/// assert_eq!(cfg.engine.rpc_timeout_ns, Some(500_000_000));
 /// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct EndpointConfig {
     /// The protocol engine's parameters (link rate, windows, timeouts, pool
     /// size...). `max_packet_size` is overridden when [`Self::mtu`] is set and
-    /// `rpc_id_seed` when [`Self::rpc_id_seed`] is `None`. The default is the
+    /// `rpc_id_seed` when [`Self::rpc_id_seed`] is `None`. Windows and
+    /// timers left unset (`None`, the default) are derived by the engine
+    /// from the link rate and the packet size the endpoint finally has. The default is the
     /// engine's, except `max_nic_queue_ns` (20 µs: a user-space runtime pays a
     /// system call per batch, so the engine may release a GSO-sized batch at
     /// once), `checksum` (off: UDP checksums the datagrams already),
@@ -444,6 +446,33 @@ mod tests {
     }
 
     #[test]
+    fn timers_follow_the_final_link_and_packet_size_unless_set() {
+        // Derived from the packet size the MTU gives and the link rate the
+        // user gives, when the endpoint is made.
+        let c = EndpointConfig::builder()
+            .engine(|e| e.with_link_bps(1_000_000_000))
+            .build();
+        let e = c.engine_config(false, Some(9000));
+        let packet_ns = e.wire_time_ns(e.max_packet_size);
+        assert_eq!(e.effective_resend_interval_ns(), 100 * packet_ns);
+        assert_eq!(e.effective_tombstone_ns(), 20 * 100 * packet_ns);
+        // 100 wire times of a 1 MB message (0.8 s) are below the 2 s floor.
+        assert_eq!(e.effective_rpc_timeout_ns(), 2_000_000_000);
+        // Loopback's 65,000-byte packets at the default 25 Gbit/s: 100
+        // packet times (2.1 ms) exceed the 1 ms floor.
+        let lo = EndpointConfig::default().engine_config(false, Some(65_536));
+        assert_eq!(lo.max_packet_size, 65_000);
+        assert!(lo.effective_resend_interval_ns() > 2_000_000);
+        // A value set by the user stays.
+        let set = EndpointConfig::builder()
+            .engine(|e| e.with_resend_interval_ns(300_000).with_tombstone_ns(0))
+            .build()
+            .engine_config(false, Some(65_536));
+        assert_eq!(set.effective_resend_interval_ns(), 300_000);
+        assert_eq!(set.effective_tombstone_ns(), 0);
+    }
+
+    #[test]
     fn the_default_mtu_is_the_interfaces() {
         let c = EndpointConfig::default();
         assert_eq!(c.mtu, Mtu::Interface);
@@ -545,7 +574,7 @@ mod tests {
         assert_eq!(c.socket_buffer_bytes, 1 << 20);
         assert_eq!((c.recv_batch, c.send_batch), (4, 8));
         assert_eq!(c.rpc_id_seed, Some(5));
-        assert_eq!(c.engine.rpc_timeout_ns, 7_000_000);
+        assert_eq!(c.engine.rpc_timeout_ns, Some(7_000_000));
         // The engine closure starts from the runtime's engine defaults.
         assert!(!c.engine.checksum && c.engine.defer_acks);
         // A builder from a config starts there.

@@ -59,34 +59,55 @@ pub(crate) struct ClientRpc {
 /// (`client_rpc_index`): dense, reused, so a vector serves where a hash map
 /// cost ~100 ns per response (a cache miss the time trace showed between
 /// the response event and its slot).
+///
+/// The engine frees an RPC's slot when it queues the RPC's last event
+/// (`Response`, `Failed`), and a new request may take the slot before that
+/// event is dispatched: an event queued after a pass's dispatch (a landed
+/// packet, a timer) waits for the next pass, and a serve handler's nested
+/// call runs while later events wait behind its request. The displaced
+/// entry moves to `finished` until its event comes; nothing is lost.
 #[derive(Default)]
 pub(crate) struct ClientRpcs {
     slots: Vec<Option<(RpcId, ClientRpc)>>,
+    /// Entries displaced from their slot whose final event is still queued
+    /// in the engine (almost always empty).
+    finished: Vec<(RpcId, ClientRpc)>,
     len: usize,
 }
 
 impl ClientRpcs {
     fn insert(&mut self, engine: &homa_proto::Endpoint, id: RpcId, rpc: ClientRpc) {
-        let slot = engine.client_rpc_index(id);
+        self.insert_at(engine.client_rpc_index(id), id, rpc);
+    }
+
+    fn insert_at(&mut self, slot: usize, id: RpcId, rpc: ClientRpc) {
         if slot >= self.slots.len() {
             self.slots.resize_with(slot + 1, || None);
         }
-        let old = self.slots[slot].replace((id, rpc));
-        // The engine gives a slot to one live RPC at a time, and every RPC
-        // leaves this table when the engine forgets it.
-        debug_assert!(old.is_none(), "slot {slot} still held");
-        self.len += old.is_none() as usize;
+        if let Some(old) = self.slots[slot].replace((id, rpc)) {
+            self.finished.push(old);
+        }
+        self.len += 1;
     }
 
     /// Removes RPC `id` if it is here.
     fn remove(&mut self, engine: &homa_proto::Endpoint, id: RpcId) -> Option<ClientRpc> {
-        match self.slots.get_mut(engine.client_rpc_index(id)) {
+        self.remove_at(engine.client_rpc_index(id), id)
+    }
+
+    fn remove_at(&mut self, slot: usize, id: RpcId) -> Option<ClientRpc> {
+        let rpc = match self.slots.get_mut(slot) {
             Some(entry) if entry.as_ref().is_some_and(|(i, _)| *i == id) => {
-                self.len -= 1;
                 entry.take().map(|(_, rpc)| rpc)
             }
-            _ => None,
-        }
+            _ if self.finished.is_empty() => None,
+            _ => {
+                let at = self.finished.iter().position(|(i, _)| *i == id)?;
+                Some(self.finished.swap_remove(at).1)
+            }
+        };
+        self.len -= rpc.is_some() as usize;
+        rpc
     }
 
     fn len(&self) -> usize {
@@ -98,6 +119,7 @@ impl ClientRpcs {
         self.slots
             .iter()
             .flatten()
+            .chain(&self.finished)
             .filter(|(_, r)| r.peer == peer)
             .map(|(id, _)| *id)
             .collect()
@@ -105,7 +127,9 @@ impl ClientRpcs {
 
     fn drain(&mut self) -> Vec<(RpcId, ClientRpc)> {
         self.len = 0;
-        self.slots.drain(..).flatten().collect()
+        let mut all: Vec<_> = self.slots.drain(..).flatten().collect();
+        all.append(&mut self.finished);
+        all
     }
 }
 
@@ -810,5 +834,44 @@ impl Shared {
         }
         self.watcher_bell.ring();
         self.ring();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rpc(port: u16) -> ClientRpc {
+        ClientRpc {
+            peer: SocketAddr::from(([127, 0, 0, 1], port)),
+            target: Target::Shared,
+        }
+    }
+
+    #[test]
+    fn a_slot_taken_before_its_last_event_keeps_both_rpcs() {
+        let mut t = ClientRpcs::default();
+        let (old, new) = (RpcId(8), RpcId(8 + (1 << 20)));
+        t.insert_at(3, old, rpc(1));
+        // The engine freed `old` and gave its slot to `new` before the
+        // driver saw `old`'s response.
+        t.insert_at(3, new, rpc(2));
+        assert_eq!(t.len(), 2);
+        let mut to_1 = t.ids_to(SocketAddr::from(([127, 0, 0, 1], 1)));
+        to_1.sort();
+        assert_eq!(to_1, vec![old]);
+        // `old`'s response finds it; `new`'s still finds its own.
+        assert_eq!(t.remove_at(3, old).map(|r| r.peer.port()), Some(1));
+        assert!(t.remove_at(3, old).is_none());
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.remove_at(3, new).map(|r| r.peer.port()), Some(2));
+        assert_eq!(t.len(), 0);
+        assert!(t.finished.is_empty());
+        // An unknown id (an abandoned RPC's late response) removes nothing.
+        t.insert_at(0, old, rpc(1));
+        assert!(t.remove_at(0, new).is_none());
+        assert!(t.remove_at(7, new).is_none());
+        assert_eq!(t.drain().len(), 1);
+        assert_eq!(t.len(), 0);
     }
 }

@@ -29,8 +29,9 @@ pub struct ThroughputBench {
     pub reply_size: usize,
     /// Names from [`TRANSPORTS`].
     pub transports: Vec<String>,
-    /// Send each Homa message as plain `Bytes` (gathered into packets: a
-    /// copy) instead of from reusable send buffers laid out as packets.
+    /// Send each Homa message as plain `Bytes` (payloads of 4 KB or more
+    /// per packet sent from it, shorter ones copied next to their headers)
+    /// instead of from reusable send buffers laid out as packets.
     pub plain: bool,
     /// Datagram size of the UDP GSO blast; `None`: the packet size of a
     /// Homa endpoint with [`Self::homa`] on loopback, so that both move the

@@ -36,10 +36,11 @@ pub struct ThroughputBenchArgs {
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Send each Homa message as plain `Bytes` (the runtime gathers every
-    /// packet's header and payload into one buffer: a copy) instead of from
-    /// reusable send buffers laid out as packets (no copy; the default, as
-    /// TCP writes from the same buffer every time).
+    /// Send each Homa message as plain `Bytes`, one `Bytes` for every
+    /// message as TCP writes from one buffer (payloads of 4 KB or more per
+    /// packet go to the kernel from it, beside their headers; shorter ones
+    /// are copied next to their headers), instead of from reusable send
+    /// buffers laid out as packets (never copied; the default).
     #[arg(long)]
     pub plain: bool,
     #[command(flatten)]

@@ -30,28 +30,28 @@ pub(crate) enum RpcState {
 
 /// A message being sent.
 pub(crate) struct OutMsg {
-    pub data: Payload,
-    pub len: u32,
+    pub(crate) data: Payload,
+    pub(crate) len: u32,
     /// Bytes sent without a grant.
-    pub unsched: u32,
+    pub(crate) unsched: u32,
     /// First byte never transmitted.
-    pub next_offset: u32,
+    pub(crate) next_offset: u32,
     /// May transmit up to here.
-    pub granted: u32,
+    pub(crate) granted: u32,
     /// Priority of scheduled packets, from the latest GRANT.
-    pub sched_priority: u8,
+    pub(crate) sched_priority: u8,
     /// Priority of unscheduled packets (from the peer's cutoffs).
-    pub unsched_priority: u8,
+    pub(crate) unsched_priority: u8,
     /// A pending retransmission `[start, end)` at a priority.
-    pub retx: Option<(u32, u32, u8)>,
+    pub(crate) retx: Option<(u32, u32, u8)>,
     /// Remaining bytes under which the message sits in the SRPT sets, if it does.
-    pub queued: Option<u32>,
+    pub(crate) queued: Option<u32>,
     /// A zero-length message still takes one (empty) DATA packet.
-    pub zero_sent: bool,
+    pub(crate) zero_sent: bool,
 }
 
 impl OutMsg {
-    pub fn new(data: Payload, unsched: u32, unsched_priority: u8) -> OutMsg {
+    pub(crate) fn new(data: Payload, unsched: u32, unsched_priority: u8) -> OutMsg {
         let len = data.len() as u32;
         let unsched = unsched.min(len);
         OutMsg {
@@ -68,17 +68,17 @@ impl OutMsg {
         }
     }
     /// Has bytes it may transmit for the first time.
-    pub fn sendable(&self) -> bool {
+    pub(crate) fn sendable(&self) -> bool {
         self.next_offset < self.granted.min(self.len) || (self.len == 0 && !self.zero_sent)
     }
-    pub fn fully_sent(&self) -> bool {
+    pub(crate) fn fully_sent(&self) -> bool {
         self.next_offset >= self.len && (self.len > 0 || self.zero_sent)
     }
-    pub fn remaining(&self) -> u32 {
+    pub(crate) fn remaining(&self) -> u32 {
         self.len - self.next_offset
     }
     /// Starts over from byte 0 (the peer lost all state).
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.next_offset = 0;
         self.granted = self.unsched;
         self.retx = None;
@@ -88,29 +88,29 @@ impl OutMsg {
 
 /// A message being received.
 pub(crate) struct InMsg {
-    pub len: u32,
-    pub unsched: u32,
-    pub received: RangeSet,
-    pub bytes_received: u32,
+    pub(crate) len: u32,
+    pub(crate) unsched: u32,
+    pub(crate) received: RangeSet,
+    pub(crate) bytes_received: u32,
     /// Bytes the sender may have sent so far (unscheduled plus granted).
-    pub granted: u32,
+    pub(crate) granted: u32,
     /// Priority we last asked the sender to use.
-    pub priority: u8,
+    pub(crate) priority: u8,
     /// Pool space; `None` while the message waits for the pool.
-    pub alloc: Option<Allocation>,
+    pub(crate) alloc: Option<Allocation>,
     /// Remaining bytes under which the message sits in the grant sets, if it does.
-    pub grant_key: Option<u32>,
+    pub(crate) grant_key: Option<u32>,
     /// Member of the pool wait queue.
-    pub waiting_for_pool: bool,
+    pub(crate) waiting_for_pool: bool,
     /// When it started waiting for pool space (meaningful while
     /// `waiting_for_pool`): a client gives up after `rpc_timeout_ns`.
-    pub pool_wait_since: u64,
+    pub(crate) pool_wait_since: u64,
     /// A GRANT for this message is queued (and will carry the latest offset).
-    pub grant_queued: bool,
+    pub(crate) grant_queued: bool,
 }
 
 impl InMsg {
-    pub fn new(len: u32, unsched: u32, priority: u8) -> InMsg {
+    pub(crate) fn new(len: u32, unsched: u32, priority: u8) -> InMsg {
         InMsg {
             len,
             unsched: unsched.min(len),
@@ -125,47 +125,47 @@ impl InMsg {
             grant_queued: false,
         }
     }
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         self.bytes_received >= self.len
     }
     /// Scheduled bytes granted but not yet received: what counts against the
     /// receiver's `max_incoming` cap.
-    pub fn outstanding(&self) -> u64 {
+    pub(crate) fn outstanding(&self) -> u64 {
         self.granted
             .saturating_sub(self.bytes_received.max(self.unsched)) as u64
     }
     /// The first missing byte range below `limit`, if any.
-    pub fn first_gap(&self, limit: u32) -> Option<(u32, u32)> {
+    pub(crate) fn first_gap(&self, limit: u32) -> Option<(u32, u32)> {
         self.received.first_gap(limit)
     }
 }
 
 pub(crate) struct Rpc {
-    pub is_client: bool,
-    pub id: u64,
-    pub peer: SocketAddr,
+    pub(crate) is_client: bool,
+    pub(crate) id: u64,
+    pub(crate) peer: SocketAddr,
     /// `peer`'s entry in the peer table (pinned while this RPC lives).
-    pub peer_key: PeerKey,
-    pub state: RpcState,
+    pub(crate) peer_key: PeerKey,
+    pub(crate) state: RpcState,
     /// Creation order; ties in the SRPT sets break towards older RPCs.
-    pub birth: u64,
-    pub out: Option<OutMsg>,
-    pub inc: Option<InMsg>,
+    pub(crate) birth: u64,
+    pub(crate) out: Option<OutMsg>,
+    pub(crate) inc: Option<InMsg>,
     /// Last time any packet for this RPC arrived from the peer.
-    pub last_heard: Time,
+    pub(crate) last_heard: Time,
     /// Last time we sent a RESEND, NEED_ACK or keep-alive BUSY for this RPC.
-    pub last_prod: Time,
+    pub(crate) last_prod: Time,
     /// The peer's latest packet for this RPC was BUSY: it is alive but has
     /// nothing for us yet, so we ask again less often.
-    pub peer_busy: bool,
+    pub(crate) peer_busy: bool,
     /// Times the server said it did not know this (client) RPC since the
     /// response last made progress; each doubles the wait before asking again.
-    pub restarts: u8,
+    pub(crate) restarts: u8,
 }
 
 impl Rpc {
     /// A packet other than BUSY arrived from the peer for this RPC.
-    pub fn heard(&mut self, now: Time) {
+    pub(crate) fn heard(&mut self, now: Time) {
         self.last_heard = now;
         self.peer_busy = false;
     }
@@ -182,7 +182,7 @@ pub(crate) struct RangeSet {
 impl RangeSet {
     /// Adds `[start, end)`; returns how many bytes were new, or `None` if the
     /// set would exceed [`MAX_RANGES`] (nothing is added then).
-    pub fn insert(&mut self, start: u32, end: u32) -> Option<u32> {
+    pub(crate) fn insert(&mut self, start: u32, end: u32) -> Option<u32> {
         if start >= end {
             return Some(0);
         }
@@ -226,12 +226,12 @@ impl RangeSet {
         Some((end - start) - covered)
     }
     /// Whether no byte of `[start, end)` is in the set.
-    pub fn is_missing(&self, start: u32, end: u32) -> bool {
+    pub(crate) fn is_missing(&self, start: u32, end: u32) -> bool {
         // The first range that ends after `start` must begin at or after `end`.
         let i = self.ranges.partition_point(|r| r.1 <= start);
         self.ranges.get(i).is_none_or(|r| r.0 >= end)
     }
-    pub fn first_gap(&self, limit: u32) -> Option<(u32, u32)> {
+    pub(crate) fn first_gap(&self, limit: u32) -> Option<(u32, u32)> {
         let mut pos = 0;
         for &(s, e) in &self.ranges {
             if s > pos {
@@ -245,7 +245,7 @@ impl RangeSet {
         }
         (pos < limit).then_some((pos, limit))
     }
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.ranges.clear();
     }
 }

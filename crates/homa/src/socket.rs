@@ -855,6 +855,19 @@ struct TxMeta {
     pay_at: u32,
 }
 
+/// Payloads at least this long go to the kernel from where they are (an
+/// iovec of their own) instead of being copied next to their header.
+const APART_PAYLOAD_BYTES: usize = 4096;
+
+impl TxMeta {
+    /// The payload is sent from the message's bytes, its header from the
+    /// header buffer: two iovecs instead of a copy ([`APART_PAYLOAD_BYTES`]).
+    #[inline]
+    fn payload_apart(&self) -> bool {
+        self.pad == 0 && self.len - self.head_len as usize >= APART_PAYLOAD_BYTES
+    }
+}
+
 /// Result of a flush.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum FlushOutcome {
@@ -1027,8 +1040,10 @@ impl TxQueue {
             // handling, ~100 ns of a short RPC's send (measured against
             // `sendmmsg` of one message with its TOS cmsg).
             let first = self.meta[self.head];
+            // (A long payload kept apart from its header needs two iovecs.)
             let lone = self.meta.len() - self.head == 1
-                && sock.default_tos(&first.dest) == Some(first.tos);
+                && sock.default_tos(&first.dest) == Some(first.tos)
+                && (first.head_len == 0 || !first.payload_apart());
             if lone {
                 self.build_lone(sock);
             } else {
@@ -1258,12 +1273,17 @@ impl TxQueue {
         // buffer. Pointers into staging are taken only once it is complete;
         // it is sized once for what these groups stage, and keeps its
         // capacity from call to call.
+        // A packet with a long payload is not gathered: its header (in its
+        // header buffer) and its payload (in the message's `Bytes`) go to
+        // the kernel as two iovecs, which costs less than copying the
+        // payload, and a message sent again and again from one `Bytes` is
+        // read from where it already is in the cache.
         self.staging.clear();
         let staged: usize = self
             .groups
             .iter()
             .flat_map(|&(a, b)| &self.meta[a..b])
-            .filter(|m| m.head_len != 0)
+            .filter(|m| m.head_len != 0 && !m.payload_apart())
             .map(|m| m.len)
             .sum();
         self.staging.reserve(staged);
@@ -1272,22 +1292,30 @@ impl TxQueue {
         self.group_pieces.clear();
         for &(a, b) in &self.groups {
             let first_piece = self.pieces.len();
+            let push = |pieces: &mut Vec<(bool, usize, usize)>, direct, at, len| {
+                let in_group = pieces.len() > first_piece;
+                match pieces.last_mut() {
+                    Some(last) if in_group && last.0 == direct && last.1 + last.2 == at => {
+                        last.2 += len
+                    }
+                    _ => pieces.push((direct, at, len)),
+                }
+            };
             for m in &self.meta[a..b] {
                 let head_len = m.head_len as usize;
-                let (direct, at) = if head_len == 0 {
-                    let p = &self.payloads[m.payload as usize][m.pay_at as usize..][..m.len];
-                    (true, p.as_ptr() as usize)
+                let payload = &self.payloads[m.payload as usize];
+                if head_len == 0 {
+                    let p = &payload[m.pay_at as usize..][..m.len];
+                    push(&mut self.pieces, true, p.as_ptr() as usize, m.len);
+                } else if m.payload_apart() {
+                    let h = &self.bufs[m.buf as usize][m.head_at as usize..][..head_len];
+                    push(&mut self.pieces, true, h.as_ptr() as usize, head_len);
+                    let p = &payload[m.pay_at as usize..][..m.len - head_len];
+                    push(&mut self.pieces, true, p.as_ptr() as usize, p.len());
                 } else {
                     let start = self.staging.len();
                     stage(&mut self.staging, &self.bufs, &self.payloads, m);
-                    (false, start)
-                };
-                let in_group = self.pieces.len() > first_piece;
-                match self.pieces.last_mut() {
-                    Some(last) if in_group && last.0 == direct && last.1 + last.2 == at => {
-                        last.2 += m.len
-                    }
-                    _ => self.pieces.push((direct, at, m.len)),
+                    push(&mut self.pieces, false, start, m.len);
                 }
             }
             self.group_pieces.push((first_piece, self.pieces.len()));

@@ -177,6 +177,24 @@ fn maximum_length_messages_and_too_long_ones() {
 }
 
 #[test]
+fn long_payloads_sent_beside_their_headers_arrive_intact() {
+    // Packets whose payload (4 KB or more) goes to the kernel as an iovec
+    // of its own next to its header, alone (65,000-byte packets) and in GSO
+    // runs of several packets (9,000 and 5,000-byte MTUs), with a short last
+    // packet; and shorter payloads gathered with their headers (1,500).
+    for mtu in [65_536, 9000, 5000, 1500] {
+        let cfg = || builder().mtu(mtu).build();
+        let (server, workers) = echo_server("127.0.0.1:0", cfg(), 1);
+        let client = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+        for len in [4_200usize, 70_001, 333_333] {
+            let m = client.call(server.local_addr(), payload(len, 7)).unwrap();
+            assert!(m == payload(len, 7)[..], "{len} bytes at MTU {mtu}");
+        }
+        stop(server, workers);
+    }
+}
+
+#[test]
 fn ipv6_loopback_and_dual_stack() {
     let Ok(server) = Endpoint::bind_with("[::1]:0", cfg()) else {
         eprintln!("skipping ipv6 test: ::1 is not available on this machine");

@@ -144,7 +144,10 @@ pub struct Config {
 /// is at most 255.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PadWindow {
+    /// Shortest datagram (UDP payload bytes) that gets padded.
     pub from: u16,
+    /// Length padded datagrams are sent at, and the window's exclusive upper
+    /// end; 0 turns padding off.
     pub to: u16,
 }
 
@@ -440,6 +443,8 @@ impl Config {
             .unwrap_or_else(|| self.rtt_packet_bytes())
             .max(self.max_data_per_packet() as u32)
     }
+    /// Cap on granted but not yet received bytes: `max_incoming`, or
+    /// `max_overcommit` × [`Self::effective_grant_window`] when unset.
     pub fn effective_max_incoming(&self) -> u64 {
         self.max_incoming
             .unwrap_or(self.max_overcommit as u64 * self.effective_grant_window() as u64)
@@ -486,6 +491,8 @@ impl Config {
             TOMBSTONE_RESEND_INTERVALS.saturating_mul(self.effective_resend_interval_ns())
         })
     }
+    /// Most ns the NIC queue estimate may hold when a packet is released:
+    /// `max_nic_queue_ns`, or one full-size datagram's wire time when unset.
     pub fn effective_max_nic_queue_ns(&self) -> u64 {
         self.max_nic_queue_ns
             .unwrap_or_else(|| self.wire_time_ns(self.max_packet_size))

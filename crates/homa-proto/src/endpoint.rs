@@ -33,13 +33,17 @@ pub struct RpcId(pub u64);
 /// A request received by a server, to be answered with [`Endpoint::send_response`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ServerRpc {
+    /// The client's address: where the request came from and the response goes.
     pub peer: SocketAddr,
+    /// The RPC id the client chose; unique only together with `peer`, since
+    /// every client picks its own ids.
     pub id: u64,
 }
 
 /// What `poll_transmit` wrote into the caller's buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transmit {
+    /// Address to send the datagram to.
     pub dest: SocketAddr,
     /// Priority level 0..8 (7 highest), to be carried in DSCP / a switch queue.
     pub priority: u8,
@@ -51,20 +55,40 @@ pub struct Transmit {
 #[derive(Debug)]
 pub enum Event {
     /// A complete request arrived; answer it with `send_response`.
-    Request { rpc: ServerRpc, message: Message },
+    Request {
+        /// Handle to pass to `send_response` or `abandon`.
+        rpc: ServerRpc,
+        /// The request's bytes, in the receive pool until dropped.
+        message: Message,
+    },
     /// The response to one of our requests arrived; the RPC is finished.
-    Response { id: RpcId, message: Message },
+    Response {
+        /// The id `send_request` returned.
+        id: RpcId,
+        /// The response's bytes, in the receive pool until dropped.
+        message: Message,
+    },
     /// One of our RPCs failed; it is finished.
-    Failed { id: RpcId, error: RpcError },
+    Failed {
+        /// The id `send_request` returned.
+        id: RpcId,
+        /// Why it failed.
+        error: RpcError,
+    },
 }
 
 /// Why an RPC failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 pub enum RpcError {
+    /// Nothing was heard from the server for the RPC timeout
+    /// ([`Config::effective_rpc_timeout_ns`]) while this client waited for
+    /// it (RPC_UNKNOWN answers do not count).
     #[error("the peer did not answer within the RPC timeout")]
     Timeout,
+    /// The response declared a length above `Config::max_message_length`.
     #[error("the response is longer than the maximum message length")]
     ResponseTooLong,
+    /// [`Endpoint::shutdown`] was called while the RPC was in progress.
     #[error("the endpoint was shut down")]
     Shutdown,
     /// The response could not be received: the receive pool stayed full
@@ -76,32 +100,62 @@ pub enum RpcError {
 /// Why a send was refused.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum SendError {
+    /// The message is longer than `Config::max_message_length`.
     #[error("message of {len} bytes exceeds the maximum of {max}")]
-    MessageTooLong { len: usize, max: u32 },
+    MessageTooLong {
+        /// The refused message's length in bytes.
+        len: usize,
+        /// `Config::max_message_length`.
+        max: u32,
+    },
+    /// `Config::max_client_rpcs` client RPCs are already in progress (the
+    /// value is that limit).
     #[error("too many RPCs in progress (limit {0})")]
     TooManyRpcs(usize),
+    /// The destination is a new peer and the peer table is full of peers
+    /// that still have RPCs or tombstones (the value is `Config::max_peers`).
     #[error("too many peers (limit {0})")]
     TooManyPeers(usize),
+    /// The [`ServerRpc`] is not waiting for a response: already answered,
+    /// abandoned, or dropped.
     #[error(
         "no such server RPC awaiting a response (already answered, or abandoned by the client)"
     )]
     UnknownRpc,
+    /// [`Endpoint::shutdown`] has been called.
     #[error("the endpoint is shut down")]
     Shutdown,
+    /// The [`SendBuf`] is still held by an earlier send or by packet runs the
+    /// driver has not yet sent ([`SendBuf::in_flight`]).
     #[error("the send buffer is still in flight (an earlier send has not finished with it)")]
     BufferInFlight,
+    /// The [`SendBuf`]'s segment size is not this endpoint's payload per
+    /// packet; [`Endpoint::new_send_buf`] makes one that fits.
     #[error("the send buffer has {segment}-byte segments; this endpoint sends {expected} bytes per packet")]
-    BufferLayout { segment: usize, expected: usize },
+    BufferLayout {
+        /// The buffer's payload bytes per packet.
+        segment: usize,
+        /// This endpoint's payload bytes per full DATA packet.
+        expected: usize,
+    },
 }
 
 /// Sizes of an endpoint's tables, for tests and memory reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EndpointStats {
+    /// Client RPCs in progress (completed ones awaiting a deferred free
+    /// excluded).
     pub client_rpcs: usize,
+    /// Live server RPCs: receiving, in service or responding.
     pub server_rpcs: usize,
+    /// Entries in the peer table.
     pub peers: usize,
+    /// Ids of finished server RPCs kept to refuse delayed duplicates.
     pub tombstones: usize,
+    /// Receive-pool bpages ([`crate::BPAGE_SIZE`] bytes each) held by
+    /// allocations or messages.
     pub pool_bpages_in_use: usize,
+    /// True when no allocation or message holds any receive-pool space.
     pub pool_empty: bool,
     /// Messages still being granted to (not yet granted in full) that have
     /// granted scheduled bytes outstanding: at most `max_overcommit`, plus one
@@ -266,14 +320,18 @@ impl Endpoint {
         self.last_now = self.last_now.max(now);
     }
 
+    /// The configuration the endpoint was created with.
     pub fn config(&self) -> &Config {
         &self.config
     }
 
+    /// The endpoint's counters since creation.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
     }
 
+    /// Current sizes of the endpoint's tables. Walks every RPC: for tests
+    /// and reports, not per-packet use.
     pub fn stats(&self) -> EndpointStats {
         debug_assert_eq!(
             self.server_ids.len(),
@@ -322,6 +380,8 @@ impl Endpoint {
         true
     }
 
+    /// The oldest event the application has not yet taken, if any. Drivers
+    /// drain it after every input.
     #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()

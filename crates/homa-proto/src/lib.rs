@@ -46,6 +46,8 @@
 //! }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod config;
 mod config_setters;
 mod control;

@@ -33,6 +33,7 @@ pub enum DropReason {
 }
 
 impl DropReason {
+    /// Every reason, in the order of [`Metrics::drops`]' slots.
     pub const ALL: [DropReason; 12] = [
         DropReason::Malformed,
         DropReason::BadChecksum,
@@ -47,6 +48,7 @@ impl DropReason {
         DropReason::Tombstone,
         DropReason::WrongState,
     ];
+    /// Snake-case name, for metrics output (`drop_<name>` in [`Metrics::iter`]).
     pub fn name(self) -> &'static str {
         match self {
             DropReason::Malformed => "malformed",
@@ -71,26 +73,44 @@ impl DropReason {
 /// Endpoint counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Metrics {
+    /// Packets sent, per type (indexed by [`PacketType::index`]; read with
+    /// [`Self::sent`]).
     pub packets_sent: [u64; 8],
+    /// Packets received that decoded, per type (indexed by
+    /// [`PacketType::index`]; read with [`Self::received`]).
     pub packets_received: [u64; 8],
+    /// Datagram bytes (UDP payload, headers and padding included) handed to
+    /// the driver.
     pub bytes_sent: u64,
+    /// Datagram bytes received, including those of dropped datagrams.
     pub bytes_received: u64,
     /// Payload bytes of DATA packets sent / accepted.
     pub data_bytes_sent: u64,
+    /// Payload bytes received that were new to their message (duplicates
+    /// not counted).
     pub data_bytes_received: u64,
     /// DATA packets sent again in answer to RESEND.
     pub retransmitted_packets: u64,
+    /// Payload bytes of those retransmitted packets.
     pub retransmitted_bytes: u64,
     /// RESEND packets sent because of silence.
     pub resends_sent: u64,
     /// Client RPCs restarted after RPC_UNKNOWN.
     pub restarts: u64,
+    /// GRANT packets sent (one GRANT may carry several grant decisions).
     pub grants_sent: u64,
+    /// Bytes newly granted, counted when the grant is decided.
     pub granted_bytes: u64,
+    /// RPCs, client or server, abandoned after `rpc_timeout_ns` of silence.
     pub timeouts: u64,
+    /// Dropped packets per [`DropReason`] (indexed by position in
+    /// [`DropReason::ALL`]; read with [`Self::drops`]).
     pub drops: [u64; 12],
+    /// [`crate::Event::Request`]s produced.
     pub requests_delivered: u64,
+    /// [`crate::Event::Response`]s produced.
     pub responses_delivered: u64,
+    /// [`crate::Event::Failed`]s produced (every failed client RPC).
     pub rpcs_failed: u64,
     /// Messages that had to wait for pool space.
     pub pool_waits: u64,
@@ -104,18 +124,22 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Packets dropped for `reason`.
     pub fn drops(&self, reason: DropReason) -> u64 {
         self.drops[reason.index()]
     }
+    /// Packets dropped for any reason.
     pub fn total_drops(&self) -> u64 {
         self.drops.iter().sum()
     }
     pub(crate) fn drop(&mut self, reason: DropReason) {
         self.drops[reason.index()] += 1;
     }
+    /// Packets of type `t` sent.
     pub fn sent(&self, t: PacketType) -> u64 {
         self.packets_sent[t.index()]
     }
+    /// Packets of type `t` received (and decoded).
     pub fn received(&self, t: PacketType) -> u64 {
         self.packets_received[t.index()]
     }

@@ -22,11 +22,19 @@ use std::net::SocketAddr;
 /// as it is, without a gather copy.
 #[derive(Clone, Debug)]
 pub struct Burst {
+    /// Address every packet of the run goes to.
     pub dest: SocketAddr,
+    /// Priority level of every packet, 0..8 (7 highest), as in [`Transmit`].
     pub priority: u8,
+    /// Number of packets in the run (at least 1).
     pub count: usize,
+    /// Bytes of headers per packet in the caller's buffer; 0 when the
+    /// headers are already in `payload` (a [`crate::SendBuf`] run).
     pub header_len: usize,
+    /// Bytes of `payload` per packet (the last packet's piece may be shorter).
     pub segment: usize,
+    /// The run's payloads (or, with `header_len` 0, its whole packets) back
+    /// to back, without copying the message.
     pub payload: bytes::Bytes,
     /// Zero bytes the driver appends after the last packet's payload; its
     /// header declares them (`Config::pad_v4`). Only ever set on a lone

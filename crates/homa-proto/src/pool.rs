@@ -137,6 +137,7 @@ impl Allocation {
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether this is the allocation of a zero-length message.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -840,9 +841,12 @@ pub struct Message {
 }
 
 impl Message {
+    /// Message length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether the message is zero-length (a valid message: one empty DATA
+    /// packet carries it).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

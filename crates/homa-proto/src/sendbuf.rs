@@ -123,6 +123,7 @@ impl SendBuf {
         self.inner.len
     }
 
+    /// Whether the message is zero-length (it still takes one packet).
     pub fn is_empty(&self) -> bool {
         self.inner.len == 0
     }
@@ -355,12 +356,18 @@ impl Drop for View {
 /// Why [`SendBuf::write`] refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SendBufError {
+    /// The write would reach past the end of the message.
     #[error("write of {len} bytes at offset {offset} exceeds the {message}-byte message")]
     OutOfRange {
+        /// Message offset the write started at.
         offset: usize,
+        /// Bytes the write carried.
         len: usize,
+        /// The buffer's message length.
         message: usize,
     },
+    /// Another handle (a clone) exists, or the buffer is in flight
+    /// ([`SendBuf::in_flight`]): writing could change bytes being sent.
     #[error("the send buffer is shared (another handle exists, or it is in flight)")]
     Shared,
 }
@@ -369,17 +376,22 @@ pub enum SendBufError {
 /// [`SendBuf`] laid out as packets (sent without a gather copy).
 #[derive(Clone, Debug)]
 pub enum Outgoing {
+    /// A contiguous message: each packet's header is joined to its payload
+    /// slice when the packet is sent (see the module docs).
     Bytes(Bytes),
+    /// A message already laid out as its packets.
     Buf(SendBuf),
 }
 
 impl Outgoing {
+    /// Message length in bytes.
     pub fn len(&self) -> usize {
         match self {
             Outgoing::Bytes(b) => b.len(),
             Outgoing::Buf(b) => b.len(),
         }
     }
+    /// Whether the message is zero-length.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -52,13 +52,22 @@ const CHECKSUM_RANGE: core::ops::Range<usize> = 4..8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum PacketType {
+    /// A contiguous range of a message's bytes, sent by the message's sender.
     Data = 1,
+    /// The receiver lets the sender transmit more of a message.
     Grant = 2,
+    /// The receiver asks for a range again (a client also asks this way for
+    /// an overdue response).
     Resend = 3,
+    /// "I have no state for this RPC", from either side.
     RpcUnknown = 4,
+    /// "I know this RPC and am alive, but have nothing to send now."
     Busy = 5,
+    /// A receiver's unscheduled priority cutoffs, to a sender using stale ones.
     Cutoffs = 6,
+    /// A server that has sent a whole response asks the client to confirm it.
     NeedAck = 7,
+    /// A client lists finished RPCs whose server state may be freed.
     Ack = 8,
 }
 
@@ -136,15 +145,21 @@ pub struct DataHeader {
 /// GRANT: the sender may transmit the message up to `offset`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grant {
+    /// The sender may transmit every byte of the message below this offset
+    /// (grants are cumulative).
     pub offset: u32,
+    /// Priority level (0..8, 7 highest) for the scheduled bytes.
     pub priority: u8,
 }
 
 /// RESEND: please retransmit `[offset, offset+length)` at `priority`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Resend {
+    /// First message byte to send again.
     pub offset: u32,
+    /// Number of bytes to send again, from `offset`.
     pub length: u32,
+    /// Priority level (0..8, 7 highest) for the retransmitted packets.
     pub priority: u8,
 }
 
@@ -153,28 +168,43 @@ pub struct Resend {
 /// used for unscheduled packets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cutoffs {
+    /// Version of this set, quoted back in DATA's `cutoff_version`; hosts
+    /// use 1..=65535 (0 means "not heard yet").
     pub version: u16,
+    /// Indexed by priority level: the largest message length whose
+    /// unscheduled packets use that level; 0 if none do.
     pub cutoffs: [u32; MAX_PRIORITIES],
 }
 
 /// Body of a packet to encode.
 #[derive(Clone, Copy, Debug)]
 pub enum Body<'a> {
+    /// A DATA packet.
     Data {
+        /// Its DATA header fields.
         header: DataHeader,
+        /// The message bytes it carries; their length goes on the wire.
+        /// [`encode_headers`] does not append them but still checksums them.
         payload: &'a [u8],
     },
+    /// A GRANT packet.
     Grant(Grant),
+    /// A RESEND packet.
     Resend(Resend),
+    /// An RPC_UNKNOWN packet (no body).
     RpcUnknown,
+    /// A BUSY packet (no body).
     Busy,
+    /// A CUTOFFS packet.
     Cutoffs(Cutoffs),
+    /// A NEED_ACK packet (no body).
     NeedAck,
     /// Ids of completed RPCs; at most [`MAX_ACKS_PER_PACKET`].
     Ack(&'a [u64]),
 }
 
 impl Body<'_> {
+    /// The type this body encodes as.
     pub fn packet_type(&self) -> PacketType {
         match self {
             Body::Data { .. } => PacketType::Data,
@@ -192,20 +222,31 @@ impl Body<'_> {
 /// A decoded packet body; borrows the input buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Packet<'a> {
+    /// A DATA packet.
     Data {
+        /// Its DATA header fields.
         header: DataHeader,
+        /// Its payload, borrowed from the datagram (padding excluded).
         payload: &'a [u8],
     },
+    /// A GRANT packet.
     Grant(Grant),
+    /// A RESEND packet.
     Resend(Resend),
+    /// An RPC_UNKNOWN packet (no body).
     RpcUnknown,
+    /// A BUSY packet (no body).
     Busy,
+    /// A CUTOFFS packet.
     Cutoffs(Cutoffs),
+    /// A NEED_ACK packet (no body).
     NeedAck,
+    /// An ACK packet's ids.
     Ack(AckList<'a>),
 }
 
 impl Packet<'_> {
+    /// The type of the decoded packet.
     pub fn packet_type(&self) -> PacketType {
         match self {
             Packet::Data { .. } => PacketType::Data,
@@ -227,12 +268,15 @@ pub struct AckList<'a> {
 }
 
 impl<'a> AckList<'a> {
+    /// Number of ids, at most [`MAX_ACKS_PER_PACKET`].
     pub fn len(&self) -> usize {
         self.raw.len() / 8
     }
+    /// Whether the ACK carries no ids (allowed on the wire).
     pub fn is_empty(&self) -> bool {
         self.raw.is_empty()
     }
+    /// The ids, in wire order.
     pub fn iter(&self) -> impl Iterator<Item = u64> + 'a {
         self.raw
             .chunks_exact(8)
@@ -243,7 +287,9 @@ impl<'a> AckList<'a> {
 /// A decoded packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decoded<'a> {
+    /// The common header's fields.
     pub common: CommonHeader,
+    /// The type-specific body.
     pub packet: Packet<'a>,
     /// Zero bytes after a DATA packet's payload (0 for other types).
     pub pad: u8,
@@ -252,34 +298,50 @@ pub struct Decoded<'a> {
 /// Why a datagram could not be decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
 pub enum DecodeError {
+    /// The datagram (the value is its length) is shorter than a header, or
+    /// than the length its header declares.
     #[error("datagram of {0} bytes is shorter than its header")]
     Truncated(usize),
+    /// The first byte (the value) is not [`VERSION`].
     #[error("unsupported wire-format version {0}")]
     BadVersion(u8),
+    /// The type byte (the value) is not a [`PacketType`], 1..=8.
     #[error("unknown packet type {0}")]
     UnknownType(u8),
     /// Unknown flag bits are set (the value is the flags byte), or a reserved
     /// byte is not zero (the value is that byte).
     #[error("unknown flag bits or non-zero reserved byte {0:#x}")]
     BadFlags(u8),
+    /// The datagram is longer than its header declares (the values: its
+    /// type, and the bytes beyond the declared length).
     #[error("{0:?} packet has {1} bytes after its header")]
     TrailingBytes(PacketType, usize),
+    /// A DATA payload reaches past the end of its message.
     #[error("DATA range {offset}+{len} exceeds message length {message_length}")]
     DataOutOfRange {
+        /// The packet's offset in the message.
         offset: u32,
+        /// The packet's payload length.
         len: usize,
+        /// The message length the packet declares.
         message_length: u32,
     },
+    /// A DATA packet without payload that is not the single packet (offset
+    /// 0) of a zero-length message.
     #[error("DATA packet with an empty payload for a non-empty message")]
     EmptyData,
+    /// DATA declares more unscheduled bytes than its message has (the
+    /// values: `unsched_bytes`, `message_length`).
     #[error("unscheduled bytes {0} exceed message length {1}")]
     BadUnsched(u32, u32),
+    /// A GRANT or RESEND names a priority level (the value) of 8 or more.
     #[error("priority {0} out of range")]
     BadPriority(u8),
     /// An ACK declares more ids than [`MAX_ACKS_PER_PACKET`] (the value is
     /// the declared count).
     #[error("ACK declares {0} ids, more than the limit")]
     BadAckList(usize),
+    /// The RPC id is 0, which no RPC has.
     #[error("RPC id 0 is reserved")]
     ZeroRpcId,
     /// [`decode_data_head`] only: not a DATA packet, or one whose padding or

@@ -6,8 +6,9 @@
 //! command line.
 //!
 //! * [`payload`]: [`payload::Payloads`], the bytes of every request.
-//! * [`wait`], [`epoll`]: waiting on sockets (busy-poll then `poll(2)`; an
-//!   epoll loop and a timerfd for event-driven servers).
+//! * [`wait`], [`epoll`]: waiting on sockets (busy-poll then `poll(2)`;
+//!   `nix`'s epoll, with a timerfd for sub-millisecond wake-ups, for the TCP
+//!   event loops).
 //! * [`stats`]: latency histograms (hdrhistogram), rows, tables, `--json`.
 //! * [`baseline`]: raw UDP and TCP ping-pongs, a TCP stream, a UDP GSO blast.
 //! * [`closed`]: the closed-loop Homa client (`homa client`, `rate-bench`).

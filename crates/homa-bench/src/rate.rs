@@ -21,12 +21,13 @@
 //! the CPUs to the servers. Each run is bounded in time and in count.
 
 use crate::closed::ClosedLoop;
-use crate::epoll::{Epoll, ERR, IN, OUT};
+use crate::epoll::{self, BATCH, ERR, IN, OUT};
 use crate::payload::Payloads;
 use crate::stats::{new_histogram, record};
 use crate::wait::wait_fd;
 use anyhow::Context;
 use hdrhistogram::Histogram;
+use nix::sys::epoll::EpollEvent;
 use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::VecDeque;
@@ -840,21 +841,22 @@ fn tcp_echo_loop(
     poll: Duration,
     stop: &AtomicBool,
 ) -> io::Result<u64> {
-    let ep = Epoll::new()?;
-    ep.add(l.as_raw_fd(), LISTENER, IN)?;
+    let ep = epoll::new()?;
+    ep.add(l, EpollEvent::new(IN, LISTENER))?;
     let mut conns: Vec<Option<Conn>> = Vec::new();
-    let mut events = Vec::new();
+    let mut events = [EpollEvent::empty(); BATCH];
     let mut buf = vec![0u8; 256 * 1024];
     let mut served = 0u64;
     let mut idle_since = Instant::now();
     while !stop.load(Relaxed) {
         let timeout = if idle_since.elapsed() < poll { 0 } else { 50 };
-        ep.wait(&mut events, timeout)?;
-        if events.is_empty() {
+        let ready = epoll::wait(&ep, &mut events, timeout)?;
+        if ready.is_empty() {
             continue;
         }
         idle_since = Instant::now();
-        for &(token, ev) in &events {
+        for event in ready {
+            let (token, ev) = (event.data(), event.events());
             if token == LISTENER {
                 while let Ok((s, _)) = l.accept() {
                     s.set_nonblocking(true)?;
@@ -863,7 +865,7 @@ fn tcp_echo_loop(
                         conns.push(None);
                         conns.len() - 1
                     });
-                    ep.add(s.as_raw_fd(), slot as u64, IN | ERR)?;
+                    ep.add(&s, EpollEvent::new(IN | ERR, slot as u64))?;
                     conns[slot] = Some(Conn {
                         stream: s,
                         partial: 0,
@@ -876,7 +878,7 @@ fn tcp_echo_loop(
             let Some(c) = conns.get_mut(slot).and_then(Option::as_mut) else {
                 continue;
             };
-            let open = if ev & (IN | ERR) != 0 {
+            let open = if ev.intersects(IN | ERR) {
                 echo_whole_messages(c, &mut buf, size, &mut served)
             } else {
                 Ok(true)
@@ -891,11 +893,11 @@ fn tcp_echo_loop(
                 } else {
                     IN | OUT | ERR
                 };
-                ep.modify(c.stream.as_raw_fd(), slot as u64, want)?;
+                ep.modify(&c.stream, &mut EpollEvent::new(want, slot as u64))?;
                 Ok(true)
             });
             if !matches!(open, Ok(true)) {
-                let _ = ep.delete(c.stream.as_raw_fd());
+                let _ = ep.delete(&c.stream);
                 conns[slot] = None;
             }
         }

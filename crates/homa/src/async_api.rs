@@ -38,12 +38,12 @@ use crate::endpoint::{Endpoint, PendingRpc, Request, Response};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::shared::Shared;
-use crate::sys::TimerFd;
 use crate::wait::{WaitQueue, Waiter};
 use homa_proto::Outgoing;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
@@ -58,6 +58,9 @@ const REACTOR_ROUNDS: usize = 16;
 /// The async driver task's shared state: the timer it sleeps on, and its
 /// waker for shutdown.
 pub(crate) struct Reactor {
+    /// A non-blocking `timerfd` on `CLOCK_MONOTONIC`, registered with
+    /// tokio's reactor and armed for the engine's next timer, so that timers
+    /// need neither tokio's time driver nor a thread of ours.
     timer: TimerFd,
     /// Engine time the timer is armed for (`u64::MAX`: not armed). Raised
     /// to `MAX` by the task when the timer fires, lowered under the engine
@@ -71,7 +74,10 @@ pub(crate) struct Reactor {
 impl Reactor {
     fn new() -> std::io::Result<Reactor> {
         Ok(Reactor {
-            timer: TimerFd::new()?,
+            timer: TimerFd::new(
+                ClockId::CLOCK_MONOTONIC,
+                TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+            )?,
             armed: AtomicU64::new(u64::MAX),
             waker: parking_lot::Mutex::new(None),
             task: AtomicBool::new(false),
@@ -85,7 +91,14 @@ impl Reactor {
     pub(crate) fn rearm(&self, base_ns: u64, next: u64) {
         if next < self.armed.load(Relaxed) {
             self.armed.store(next, Relaxed);
-            self.timer.arm_at(Some(base_ns.saturating_add(next)));
+            // One shot at an absolute CLOCK_MONOTONIC time (at least 1 ns:
+            // zero would disarm it). An error leaves the timer as it was,
+            // which at worst delays a timer to the background thread.
+            let at = Duration::from_nanos(base_ns.saturating_add(next).max(1));
+            let _ = self.timer.set(
+                Expiration::OneShot(at.into()),
+                TimerSetTimeFlags::TFD_TIMER_ABSTIME,
+            );
         }
     }
 
@@ -211,7 +224,9 @@ impl Shared {
             let mut work = false;
             match timer.poll_read_ready(cx) {
                 Poll::Ready(Ok(mut g)) => {
-                    r.timer.drain();
+                    // Consumes the expiration count (non-blocking: EAGAIN
+                    // if there is none, which is fine).
+                    let _ = r.timer.wait();
                     g.clear_ready();
                     r.armed.store(u64::MAX, Relaxed);
                     work = true;
@@ -323,7 +338,10 @@ impl Registered {
             unsafe {
                 (
                     AsyncFd::register_with_interest(Fd(shared.sock.fd()), Interest::READABLE),
-                    AsyncFd::register_with_interest(Fd(r.timer.fd()), Interest::READABLE),
+                    AsyncFd::register_with_interest(
+                        Fd(r.timer.as_fd().as_raw_fd()),
+                        Interest::READABLE,
+                    ),
                 )
             }
         }));

@@ -1,11 +1,13 @@
 //! Thin wrappers over the few Linux system calls the runtime needs beyond what
-//! `std` and `socket2` offer: raw socket addresses for `mmsghdr`, an eventfd to
-//! wake the background thread, and `ppoll` with a nanosecond timeout.
+//! `std`, `socket2` and `nix` offer: raw socket addresses for `mmsghdr`, the
+//! background thread's doorbell (`nix`'s eventfd), and `ppoll` with a
+//! nanosecond timeout.
 
+use nix::sys::eventfd::{self, EfdFlags};
 use std::io;
 use std::mem;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 /// Writes `addr` into `storage` in the socket's family and returns the length.
@@ -83,96 +85,21 @@ pub(crate) fn read_sockaddr(
 
 /// An eventfd used as a doorbell: any thread rings it, the background thread
 /// includes it in its `ppoll` set and drains it.
-pub(crate) struct EventFd(OwnedFd);
+pub(crate) struct EventFd(eventfd::EventFd);
 
 impl EventFd {
     pub(crate) fn new() -> io::Result<EventFd> {
-        // SAFETY: plain syscall; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor we own.
-        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+        let flags = EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC;
+        Ok(EventFd(eventfd::EventFd::from_value_and_flags(0, flags)?))
     }
     pub(crate) fn ring(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64. Failure (counter overflow)
-        // still leaves the fd readable, which is all a doorbell needs.
-        unsafe {
-            libc::write(
-                self.0.as_raw_fd(),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
+        // Failure (counter overflow) still leaves the fd readable, which is
+        // all a doorbell needs.
+        let _ = self.0.write(1);
     }
+    /// Reads (and so resets) the counter; nothing to read (EAGAIN) is fine.
     pub(crate) fn drain(&self) {
-        read_counter(self.0.as_raw_fd());
-    }
-    pub(crate) fn fd(&self) -> RawFd {
-        self.0.as_raw_fd()
-    }
-}
-
-/// Reads (and so resets) the 8-byte counter of an eventfd or timerfd; a
-/// non-blocking descriptor with nothing to read is fine.
-fn read_counter(fd: RawFd) {
-    let mut v: u64 = 0;
-    // SAFETY: reads at most 8 bytes into a valid u64; EAGAIN is fine.
-    unsafe { libc::read(fd, &mut v as *mut u64 as *mut libc::c_void, 8) };
-}
-
-/// A `timerfd` on `CLOCK_MONOTONIC`: the async driver task registers it
-/// with tokio's reactor and arms it for the engine's next timer, so that
-/// timers need neither tokio's time driver nor a thread of ours.
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-pub(crate) struct TimerFd(OwnedFd);
-
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-impl TimerFd {
-    pub(crate) fn new() -> io::Result<TimerFd> {
-        // SAFETY: plain syscall; the result is checked.
-        let fd = unsafe {
-            libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor we own.
-        Ok(TimerFd(unsafe { OwnedFd::from_raw_fd(fd) }))
-    }
-    /// Fires once at `monotonic_ns` (an absolute `CLOCK_MONOTONIC` time in
-    /// nanoseconds); `None` disarms it.
-    pub(crate) fn arm_at(&self, monotonic_ns: Option<u64>) {
-        let at = monotonic_ns.map_or(0, |t| t.max(1));
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: (at / 1_000_000_000) as libc::time_t,
-                tv_nsec: (at % 1_000_000_000) as libc::c_long,
-            },
-        };
-        // SAFETY: valid itimerspec pointers; an error leaves the timer as
-        // it was, which at worst delays a timer to the background thread.
-        unsafe {
-            libc::timerfd_settime(
-                self.0.as_raw_fd(),
-                libc::TFD_TIMER_ABSTIME,
-                &spec,
-                std::ptr::null_mut(),
-            )
-        };
-    }
-    /// Consumes the expiration count (non-blocking).
-    pub(crate) fn drain(&self) {
-        read_counter(self.0.as_raw_fd());
+        let _ = self.0.read();
     }
     pub(crate) fn fd(&self) -> RawFd {
         self.0.as_raw_fd()

@@ -14,14 +14,15 @@ use super::{
     record, Arrival, ClientResult, ClientSpec, Schedule, ServerHandle, ServerSpec, ServerStats,
 };
 use super::{Error, Result};
-use crate::epoll::{Epoll, TimerFd, ERR, IN, OUT};
+use crate::epoll::{self, BATCH, ERR, IN, OUT};
+use nix::sys::epoll::{Epoll, EpollEvent};
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Bytes of a frame header.
 pub const HEADER: usize = 12;
@@ -149,15 +150,15 @@ fn serve(
     requests: &AtomicU64,
     bytes: &AtomicU64,
     errors: &AtomicU64,
-) -> Result<()> {
-    let ep = Epoll::new()?;
-    ep.add(l.as_raw_fd(), LISTEN, IN)?;
+) -> io::Result<()> {
+    let ep = epoll::new()?;
+    ep.add(&l, EpollEvent::new(IN, LISTEN))?;
     let mut conns: Vec<Option<SConn>> = Vec::new();
-    let mut events = Vec::new();
+    let mut events = [EpollEvent::empty(); BATCH];
     let mut scratch = vec![0u8; SCRATCH];
     while !stop.load(Relaxed) {
-        ep.wait(&mut events, 50)?;
-        for &(token, ev) in &events {
+        for event in epoll::wait(&ep, &mut events, 50)? {
+            let (token, ev) = (event.data(), event.events());
             if token == LISTEN {
                 loop {
                     match l.accept() {
@@ -169,7 +170,7 @@ fn serve(
                                     conns.push(None);
                                     conns.len() - 1
                                 });
-                            ep.add(s.as_raw_fd(), slot as u64, IN | ERR)?;
+                            ep.add(&s, EpollEvent::new(IN | ERR, slot as u64))?;
                             conns[slot] = Some(SConn {
                                 stream: s,
                                 hdr: [0; HEADER],
@@ -194,7 +195,7 @@ fn serve(
                 continue;
             };
             let mut close = false;
-            if ev & (IN | ERR) != 0 {
+            if ev.intersects(IN | ERR) {
                 match server_read(c, &mut scratch, max_message, requests, bytes) {
                     Ok(open) => close = !open,
                     Err(_) => {
@@ -208,15 +209,15 @@ fn serve(
                     Ok(done) => {
                         if done == c.want_out {
                             c.want_out = !done;
-                            let evs = IN | ERR | if done { 0 } else { OUT };
-                            ep.modify(c.stream.as_raw_fd(), token, evs)?;
+                            let evs = if done { IN | ERR } else { IN | ERR | OUT };
+                            ep.modify(&c.stream, &mut EpollEvent::new(evs, token))?;
                         }
                     }
                     Err(_) => close = true,
                 }
             }
             if close {
-                let _ = ep.delete(c.stream.as_raw_fd());
+                let _ = ep.delete(&c.stream);
                 conns[slot] = None;
             }
         }
@@ -360,7 +361,7 @@ fn open_conn(
 ) -> io::Result<usize> {
     let stream = connect_nonblocking(addr)?;
     let i = conns.len();
-    ep.add(stream.as_raw_fd(), i as u64, IN | ERR)?;
+    ep.add(&stream, EpollEvent::new(IN | ERR, i as u64))?;
     conns.push(CConn {
         stream,
         server,
@@ -377,9 +378,15 @@ fn open_conn(
 }
 
 pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<ClientResult> {
-    let ep = Epoll::new()?;
-    let timer = TimerFd::new()?;
-    ep.add(timer.as_raw_fd(), TIMER, IN)?;
+    let ep = epoll::new()?;
+    // Wakes the loop at the next arrival: epoll's own timeout is in ms.
+    let timer = TimerFd::new(
+        ClockId::CLOCK_MONOTONIC,
+        TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
+    ep.add(&timer, EpollEvent::new(IN, TIMER))
+        .map_err(io::Error::from)?;
     // The pool: tcp_conns connections to every server to start with, spread
     // over its ports; more are opened when all are busy.
     let mut conns: Vec<CConn> = Vec::new();
@@ -401,7 +408,7 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
     };
     let mut outstanding = 0usize;
     let mut backlog: VecDeque<Arrival> = VecDeque::new();
-    let mut events = Vec::new();
+    let mut events = [EpollEvent::empty(); BATCH];
     let mut scratch = vec![0u8; SCRATCH];
     loop {
         let now = Instant::now();
@@ -473,11 +480,21 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
             .next_arrival()
             .unwrap_or(sched.drain_end)
             .min(sched.drain_end);
-        timer.set(until.saturating_duration_since(now))?;
-        ep.wait(&mut events, 1000)?;
-        for &(token, ev) in &events {
+        // One shot, relative (at least 1 µs: zero would disarm it).
+        let after = until
+            .saturating_duration_since(now)
+            .max(Duration::from_micros(1));
+        timer
+            .set(
+                Expiration::OneShot(after.into()),
+                TimerSetTimeFlags::empty(),
+            )
+            .map_err(io::Error::from)?;
+        for event in epoll::wait(&ep, &mut events, 1000)? {
+            let (token, ev) = (event.data(), event.events());
             if token == TIMER {
-                timer.clear();
+                // Consumes the expiry (EAGAIN if there was none: fine).
+                let _ = timer.wait();
                 continue;
             }
             let i = token as usize;
@@ -485,14 +502,14 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
             if !c.alive {
                 continue;
             }
-            if ev & (IN | ERR) != 0 {
+            if ev.intersects(IN | ERR) {
                 if let Err(e) = client_read(c, &mut scratch, spec, &sched, &mut r, &mut outstanding)
                 {
                     fail_conn(&ep, c, &mut r, &mut outstanding, &e.to_string());
                     continue;
                 }
             }
-            if ev & OUT != 0 {
+            if ev.intersects(OUT) {
                 if let Err(e) = sync_out(&ep, c, i) {
                     fail_conn(&ep, c, &mut r, &mut outstanding, &e.to_string());
                 }
@@ -507,17 +524,14 @@ fn sync_out(ep: &Epoll, c: &mut CConn, token: usize) -> io::Result<()> {
     let done = c.out.flush(&mut c.stream)?;
     if done == c.want_out {
         c.want_out = !done;
-        ep.modify(
-            c.stream.as_raw_fd(),
-            token as u64,
-            IN | ERR | if done { 0 } else { OUT },
-        )?;
+        let evs = if done { IN | ERR } else { IN | ERR | OUT };
+        ep.modify(&c.stream, &mut EpollEvent::new(evs, token as u64))?;
     }
     Ok(())
 }
 
 fn fail_conn(ep: &Epoll, c: &mut CConn, r: &mut ClientResult, outstanding: &mut usize, why: &str) {
-    let _ = ep.delete(c.stream.as_raw_fd());
+    let _ = ep.delete(&c.stream);
     c.alive = false;
     for o in c.fifo.drain(..) {
         *outstanding -= 1;

@@ -466,6 +466,21 @@ impl Config {
             }
         }
     }
+    /// This configuration with its windows (`unsched_bytes`,
+    /// `grant_window`) and timers (`resend_interval_ns`, `rpc_timeout_ns`,
+    /// `tombstone_ns`) written in as the engine derives them when they are
+    /// unset: the values an endpoint made from it runs with, for reports.
+    pub fn resolved(&self) -> Config {
+        Config {
+            unsched_bytes: Some(self.effective_unsched_bytes()),
+            grant_window: Some(self.effective_grant_window()),
+            resend_interval_ns: Some(self.effective_resend_interval_ns()),
+            rpc_timeout_ns: Some(self.effective_rpc_timeout_ns()),
+            tombstone_ns: Some(self.effective_tombstone_ns()),
+            ..self.clone()
+        }
+    }
+
     /// Silence after which a receiver asks for missing bytes again:
     /// `resend_interval_ns`, or max(1 ms, [`RESEND_PACKET_TIMES`] full
     /// packets' wire time) when unset.

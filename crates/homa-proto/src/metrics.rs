@@ -21,7 +21,8 @@ pub enum DropReason {
     TooManyRpcs,
     /// DATA for bytes already received.
     Duplicate,
-    /// DATA beyond what was granted, or for a message already complete.
+    /// DATA that would add a received range to a message whose range list
+    /// is full (`MAX_RANGES`); DATA filling existing gaps is still taken.
     Unexpected,
     /// DATA for a message that waits for pool space.
     PoolExhausted,

@@ -1,5 +1,5 @@
 //! Optional trace points inside the engine, for latency breakdowns of its
-//! fast path (cargo feature `trace`; without it [`trace_point!`] compiles to
+//! fast path (cargo feature `trace`; without it `trace_point!` compiles to
 //! nothing). The engine reads no clock: a driver installs a hook that
 //! timestamps each point (the UDP runtime's time trace does, with the `homa`
 //! crate's `engine-trace` feature), which keeps the engine sans-IO.

@@ -1,4 +1,4 @@
-//! The Homa wire format (version 2), carried in UDP payloads.
+//! The Homa wire format (version 3, [`VERSION`]), carried in UDP payloads.
 //!
 //! Layout and semantics are specified in `docs/wire-format.md`. All integers are
 //! little-endian. Decoding borrows from the input buffer (no copies) and every

@@ -1114,7 +1114,7 @@ impl<'s> Run<'s> {
             pool_bytes: config.pool_bytes,
             drain_factor: spec.drain_factor,
             measurement: "one-way: request handed to the sender's engine -> Event::Request at the receiver; slowdown = latency / analytic idle-network latency for the same size and path",
-            engine_config: format!("{config:?}"),
+            engine_config: format!("{:?}", config.resolved()),
         };
         Report {
             workload: spec.workload.name.clone(),

@@ -29,10 +29,12 @@ pub struct ThroughputBench {
     pub reply_size: usize,
     /// Names from [`TRANSPORTS`].
     pub transports: Vec<String>,
-    /// Send each Homa message as plain `Bytes` (payloads of 4 KB or more
-    /// per packet sent from it, shorter ones copied next to their headers)
-    /// instead of from reusable send buffers laid out as packets.
-    pub plain: bool,
+    /// Send each Homa message from reusable send buffers laid out as
+    /// packets (one per message in flight), instead of from one `Bytes`
+    /// shared by every message (payloads of 4 KB or more per packet sent
+    /// from it, shorter ones copied next to their headers), which is what
+    /// TCP's sender does with its one buffer.
+    pub send_bufs: bool,
     /// Datagram size of the UDP GSO blast; `None`: the packet size of a
     /// Homa endpoint with [`Self::homa`] on loopback, so that both move the
     /// same packets.
@@ -159,7 +161,7 @@ fn homa_stream(args: &ThroughputBench, seconds: f64, report: bool) -> anyhow::Re
         loop {
             let more = start.elapsed() < limit;
             while more && outstanding < args.window.max(1) {
-                if args.plain {
+                if !args.send_bufs {
                     client.send_request_shared(addr, msg.clone())?;
                 } else {
                     client.send_request_shared(addr, next_buf(&client))?;
@@ -244,7 +246,7 @@ mod tests {
             window: 2,
             reply_size: 8,
             transports: TRANSPORTS.iter().map(|t| t.to_string()).collect(),
-            plain: false,
+            send_bufs: false,
             segment: Some(1472),
             poll: Duration::from_micros(10),
             homa: crate::loopback_config(),

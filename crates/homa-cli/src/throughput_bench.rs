@@ -36,13 +36,14 @@ pub struct ThroughputBenchArgs {
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Send each Homa message as plain `Bytes`, one `Bytes` for every
-    /// message as TCP writes from one buffer (payloads of 4 KB or more per
-    /// packet go to the kernel from it, beside their headers; shorter ones
-    /// are copied next to their headers), instead of from reusable send
-    /// buffers laid out as packets (never copied; the default).
+    /// Send each Homa message from reusable send buffers laid out as
+    /// packets, one per message in flight (headers written in place, never
+    /// copied), instead of from one `Bytes` for every message, as TCP's
+    /// sender writes from one buffer (the default: payloads of 4 KB or
+    /// more per packet go to the kernel from it, shorter ones are copied
+    /// next to their headers).
     #[arg(long)]
-    pub plain: bool,
+    pub send_bufs: bool,
     #[command(flatten)]
     pub homa: HomaOpts,
 }
@@ -55,7 +56,7 @@ pub fn run(args: ThroughputBenchArgs) -> anyhow::Result<()> {
         window: args.window,
         reply_size: args.reply_size,
         transports: args.transports.clone(),
-        plain: args.plain,
+        send_bufs: args.send_bufs,
         // The largest UDP payload that fits the MTU (IPv4 + UDP headers: 28
         // bytes), as Homa's packets; by default Homa's own packet size.
         segment: args.homa.mtu.map(|m| m.saturating_sub(28)),

@@ -1,4 +1,4 @@
-//! Async round trips: Homa's tokio API (`call_async`, `recv_request_async`)
+//! Async round trips: Homa's tokio API (`AsyncEndpoint::call`, `recv_request`)
 //! against a tokio `UdpSocket` and a tokio `TcpStream` ping-pong, the client
 //! and the echo server as tasks of one multi-thread tokio runtime with the
 //! default worker count, as an async application would run them.
@@ -72,12 +72,12 @@ async fn homa_async(
     count: u64,
     warmup: u64,
 ) -> anyhow::Result<Histogram<u64>> {
-    let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
+    let server = homa::AsyncEndpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let addr = server.local_addr();
     let srv = server.clone();
     let echo = tokio::spawn(async move {
         loop {
-            match srv.recv_request_async().await {
+            match srv.recv_request().await {
                 Ok(req) => {
                     // Echoed from the pool without a copy, as the blocking
                     // benchmark's server does.
@@ -89,17 +89,16 @@ async fn homa_async(
             }
         }
     });
-    let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
+    let client = homa::AsyncEndpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let run = HomaEchoes::new(size, 5, warmup, count);
     let msg = run.request();
     let mut h = new_histogram();
     let result = async {
         for i in 0..warmup + count {
             let t0 = Instant::now();
-            let reply =
-                tokio::time::timeout(ROUND_TRIP_LIMIT, client.call_async(addr, msg.clone()))
-                    .await
-                    .context("round trip took too long")??;
+            let reply = tokio::time::timeout(ROUND_TRIP_LIMIT, client.call(addr, msg.clone()))
+                .await
+                .context("round trip took too long")??;
             run.take(i, &reply, t0.elapsed().as_nanos() as u64, &mut h)?;
         }
         Ok(())

@@ -1,12 +1,12 @@
 //! The example from crates/homa/README.md, kept compiling and running here.
 
-use homa::Endpoint;
+use homa::AsyncEndpoint;
 use std::time::Duration;
 
 #[tokio::main]
 async fn main() -> homa::Result<()> {
     // Server: a task that answers every request with its own bytes.
-    let server = Endpoint::bind("127.0.0.1:0")?;
+    let server = AsyncEndpoint::bind("127.0.0.1:0")?;
     let addr = server.local_addr();
     // The incoming requests are a `Stream` (also `requests.next().await`
     // without `futures`/`tokio-stream`); it ends when the endpoint shuts down.
@@ -20,8 +20,8 @@ async fn main() -> homa::Result<()> {
     });
 
     // Client: one call...
-    let client = Endpoint::bind("127.0.0.1:0")?;
-    let reply = client.call_async(addr, &b"hello"[..]).await?;
+    let client = AsyncEndpoint::bind("127.0.0.1:0")?;
+    let reply = client.call(addr, &b"hello"[..]).await?;
     assert_eq!(reply.to_vec(), b"hello");
 
     // ...or several in flight at once: a `PendingRpc` is a future.
@@ -35,7 +35,7 @@ async fn main() -> homa::Result<()> {
 
     // With a deadline: on expiry the RPC is abandoned.
     let reply = client
-        .call_timeout_async(addr, &b"ping"[..], Duration::from_secs(1))
+        .call_timeout(addr, &b"ping"[..], Duration::from_secs(1))
         .await?;
     assert_eq!(reply.len(), 4);
     Ok(()) // dropping the last handle of an endpoint shuts it down

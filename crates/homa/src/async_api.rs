@@ -24,7 +24,7 @@
 //!
 //! # Cancel safety
 //!
-//! * Dropping an [`RpcFuture`] (or the future of `call_async`) before it
+//! * Dropping an [`RpcFuture`] (or the future of [`AsyncEndpoint::call`]) before it
 //!   completes abandons the RPC: the engine forgets it and its response,
 //!   if one arrives, is discarded.
 //! * Dropping a [`RecvRequestFuture`] / [`RecvResponseFuture`], or a
@@ -33,16 +33,17 @@
 //!
 //! Sends and replies never block and are used as-is from async code.
 
+use crate::config::EndpointConfig;
 use crate::driver::release;
 use crate::endpoint::{Endpoint, PendingRpc, Request, Response};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::shared::Shared;
 use crate::wait::{WaitQueue, Waiter};
-use homa_proto::Outgoing;
+use homa_proto::{Metrics, Outgoing, RpcId, SendBuf};
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::future::{Future, IntoFuture};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
@@ -359,60 +360,139 @@ async fn run_reactor(shared: Arc<Shared>, r: Arc<Reactor>) {
     std::future::poll_fn(|cx| shared.poll_reactor(&r, &mut regs, cx)).await;
 }
 
-impl Endpoint {
-    /// [`Endpoint::call`] as a future.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> homa::Result<()> {
-    /// let server = homa::Endpoint::bind("127.0.0.1:0")?;
-    /// let addr = server.local_addr();
-    /// let client = homa::Endpoint::bind("127.0.0.1:0")?;
-    /// let call = client.call_async(addr, &b"hi"[..]);
-    /// let serve = async {
-    ///     let req = server.recv_request_async().await?;
-    ///     req.reply(&b"ho"[..])
-    /// };
-    /// let (reply, served) = tokio::join!(call, serve);
-    /// served?;
-    /// assert_eq!(reply?.to_vec(), b"ho");
-    /// # Ok(()) }
-    /// ```
-    pub async fn call_async(
-        &self,
-        peer: SocketAddr,
-        request: impl Into<Outgoing>,
-    ) -> Result<Message> {
-        self.send_request(peer, request)?.await
+/// An endpoint for async code (feature `tokio`): the same endpoint as
+/// [`Endpoint`], whose calls that wait are futures woken by tokio's reactor
+/// (see the module documentation of the runtime, docs/runtime.md). Cheap to
+/// clone; every clone, and the [`Endpoint`] it was made from, share one
+/// socket and one engine, so a program may serve with [`Self::requests`]
+/// on some tasks and call out with [`Self::call`] on others.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> homa::Result<()> {
+/// let server = homa::AsyncEndpoint::bind("127.0.0.1:0")?;
+/// let addr = server.local_addr();
+/// let client = homa::AsyncEndpoint::bind("127.0.0.1:0")?;
+/// let call = client.call(addr, &b"hi"[..]);
+/// let serve = async {
+///     let req = server.recv_request().await?;
+///     req.reply(&b"ho"[..])
+/// };
+/// let (reply, served) = tokio::join!(call, serve);
+/// served?;
+/// assert_eq!(reply?.to_vec(), b"ho");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct AsyncEndpoint {
+    ep: Endpoint,
+}
+
+impl From<Endpoint> for AsyncEndpoint {
+    fn from(ep: Endpoint) -> AsyncEndpoint {
+        AsyncEndpoint { ep }
+    }
+}
+
+impl From<AsyncEndpoint> for Endpoint {
+    fn from(a: AsyncEndpoint) -> Endpoint {
+        a.ep
+    }
+}
+
+impl AsyncEndpoint {
+    /// Binds an endpoint with the default settings ([`Endpoint::bind`]).
+    pub fn bind(addr: impl ToSocketAddrs) -> Result<AsyncEndpoint> {
+        Endpoint::bind(addr).map(AsyncEndpoint::from)
     }
 
-    /// [`Endpoint::call_timeout`] as a future (the RPC is abandoned on expiry).
-    pub async fn call_timeout_async(
+    /// Binds an endpoint with `cfg` ([`Endpoint::bind_with`]); or build one
+    /// with [`Endpoint::builder`] and convert it (`AsyncEndpoint::from`).
+    pub fn bind_with(addr: impl ToSocketAddrs, cfg: EndpointConfig) -> Result<AsyncEndpoint> {
+        Endpoint::bind_with(addr, cfg).map(AsyncEndpoint::from)
+    }
+
+    /// The same endpoint's blocking API, for threads outside the async
+    /// runtime (its waiting calls block the thread: not for async code).
+    pub fn blocking(&self) -> &Endpoint {
+        &self.ep
+    }
+
+    /// The address the endpoint is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.ep.local_addr()
+    }
+
+    /// The settings the endpoint runs with ([`Endpoint::config`]).
+    pub fn config(&self) -> &EndpointConfig {
+        self.ep.config()
+    }
+
+    /// Sends `request` to `peer` and waits for the response. Dropping the
+    /// future before it completes abandons the RPC.
+    pub async fn call(&self, peer: SocketAddr, request: impl Into<Outgoing>) -> Result<Message> {
+        self.ep.send_request(peer, request)?.await
+    }
+
+    /// Like [`Self::call`], failing with [`Error::Timeout`] (and abandoning
+    /// the RPC) after `timeout`.
+    pub async fn call_timeout(
         &self,
         peer: SocketAddr,
         request: impl Into<Outgoing>,
         timeout: Duration,
     ) -> Result<Message> {
-        let fut = self.send_request(peer, request)?.into_future();
+        let fut = self.ep.send_request(peer, request)?.into_future();
         match tokio::time::timeout(timeout, fut).await {
             Ok(r) => r,
             Err(_) => Err(Error::Timeout),
         }
     }
 
-    /// [`Endpoint::recv_request`] as a future.
-    pub fn recv_request_async(&self) -> RecvRequestFuture {
-        RecvRequestFuture(QueueWait::new(self.shared_arc()))
+    /// Starts an RPC without waiting ([`Endpoint::send_request`]); `.await`
+    /// the [`PendingRpc`] for its response.
+    pub fn send_request(
+        &self,
+        peer: SocketAddr,
+        request: impl Into<Outgoing>,
+    ) -> Result<PendingRpc> {
+        self.ep.send_request(peer, request)
+    }
+
+    /// Starts an RPC whose outcome goes to the response queue
+    /// ([`Endpoint::send_request_shared`]); see [`Self::recv_response`].
+    pub fn send_request_shared(
+        &self,
+        peer: SocketAddr,
+        request: impl Into<Outgoing>,
+    ) -> Result<RpcId> {
+        self.ep.send_request_shared(peer, request)
+    }
+
+    /// The next outcome of a shared RPC.
+    pub fn recv_response(&self) -> RecvResponseFuture {
+        RecvResponseFuture(QueueWait::new(self.ep.shared_arc()))
+    }
+
+    /// Abandons a shared RPC; no response will be delivered for it.
+    pub fn cancel(&self, id: RpcId) {
+        self.ep.cancel(id)
+    }
+
+    /// The next incoming request.
+    pub fn recv_request(&self) -> RecvRequestFuture {
+        RecvRequestFuture(QueueWait::new(self.ep.shared_arc()))
     }
 
     /// The incoming requests as a [`futures_core::Stream`]; it ends when the
-    /// endpoint shuts down. Any number of streams (and blocking receivers)
-    /// may take from the same endpoint: each request goes to one of them.
+    /// endpoint shuts down. Any number of streams (and receivers, blocking
+    /// or not) may take from the same endpoint: each request goes to one
+    /// of them.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> homa::Result<()> {
-    /// let server = homa::Endpoint::bind("127.0.0.1:0")?;
+    /// let server = homa::AsyncEndpoint::bind("127.0.0.1:0")?;
     /// let addr = server.local_addr();
     /// let mut requests = server.requests();
     /// tokio::spawn(async move {
@@ -421,18 +501,35 @@ impl Endpoint {
     ///         let _ = responder.reply(msg.into_bytes());
     ///     }
     /// });
-    /// let client = homa::Endpoint::bind("127.0.0.1:0")?;
-    /// let reply = client.send_request(addr, &b"hi"[..])?.await?;
+    /// let client = homa::AsyncEndpoint::bind("127.0.0.1:0")?;
+    /// let reply = client.call(addr, &b"hi"[..]).await?;
     /// assert_eq!(reply.to_vec(), b"hi");
     /// # Ok(()) }
     /// ```
     pub fn requests(&self) -> Requests {
-        Requests(QueueWait::new(self.shared_arc()))
+        Requests(QueueWait::new(self.ep.shared_arc()))
     }
 
-    /// [`Endpoint::recv_response`] as a future.
-    pub fn recv_response_async(&self) -> RecvResponseFuture {
-        RecvResponseFuture(QueueWait::new(self.shared_arc()))
+    /// A send buffer for messages of up to `len` bytes
+    /// ([`Endpoint::new_send_buf`]).
+    pub fn new_send_buf(&self, len: usize) -> SendBuf {
+        self.ep.new_send_buf(len)
+    }
+
+    /// Shuts the endpoint down ([`Endpoint::shutdown`]): every clone, and
+    /// the blocking handles, see it.
+    pub fn shutdown(&self) {
+        self.ep.shutdown()
+    }
+
+    /// Whether the endpoint has been shut down.
+    pub fn is_shut_down(&self) -> bool {
+        self.ep.is_shut_down()
+    }
+
+    /// The engine's counters ([`Endpoint::metrics`]).
+    pub fn metrics(&self) -> Metrics {
+        self.ep.metrics()
     }
 }
 

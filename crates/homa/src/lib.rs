@@ -63,7 +63,7 @@ pub mod timetrace;
 mod wait;
 
 #[cfg(feature = "tokio")]
-pub use async_api::{RecvRequestFuture, RecvResponseFuture, Requests, RpcFuture};
+pub use async_api::{AsyncEndpoint, RecvRequestFuture, RecvResponseFuture, Requests, RpcFuture};
 pub use config::{EndpointBuilder, EndpointConfig, Mtu, FALLBACK_MTU};
 pub use endpoint::{Endpoint, PendingRpc, Request, Responder, Response, RuntimeStats};
 pub use error::{Error, Result};

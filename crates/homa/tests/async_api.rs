@@ -1,7 +1,7 @@
 //! The async API over real loopback sockets (feature `tokio`).
 #![cfg(feature = "tokio")]
 
-use homa::{Endpoint, EndpointConfig, Error};
+use homa::{AsyncEndpoint, Endpoint, EndpointConfig, Error};
 use std::future::IntoFuture;
 use std::time::Duration;
 
@@ -13,13 +13,13 @@ fn payload(len: usize, seed: u64) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_tasks_call_an_async_server() {
-    let server = Endpoint::bind_with("127.0.0.1:0", EndpointConfig::default()).unwrap();
+    let server = AsyncEndpoint::bind_with("127.0.0.1:0", EndpointConfig::default()).unwrap();
     let addr = server.local_addr();
     let srv = server.clone();
     let serving = tokio::spawn(async move {
         let mut n = 0u32;
         loop {
-            match srv.recv_request_async().await {
+            match srv.recv_request().await {
                 Ok(req) => {
                     let body = req.message().to_vec();
                     req.reply(body).unwrap();
@@ -30,7 +30,7 @@ async fn many_tasks_call_an_async_server() {
             }
         }
     });
-    let client = Endpoint::bind("127.0.0.1:0").unwrap();
+    let client = AsyncEndpoint::bind("127.0.0.1:0").unwrap();
     let mut tasks = Vec::new();
     for t in 0..8u64 {
         let client = client.clone();
@@ -40,11 +40,11 @@ async fn many_tasks_call_an_async_server() {
                 let data = payload(len, t * 100 + i);
                 // Every other call from a send buffer (zero-copy transmit).
                 let m = if i % 2 == 0 {
-                    client.call_async(addr, data.clone()).await.unwrap()
+                    client.call(addr, data.clone()).await.unwrap()
                 } else {
                     let mut b = client.new_send_buf(len);
                     b.write(0, &data).unwrap();
-                    client.call_async(addr, b).await.unwrap()
+                    client.call(addr, b).await.unwrap()
                 };
                 assert!(m == data[..]);
             }
@@ -58,7 +58,7 @@ async fn many_tasks_call_an_async_server() {
         client.send_request_shared(addr, payload(10, i)).unwrap();
     }
     for _ in 0..5 {
-        let r = client.recv_response_async().await.unwrap();
+        let r = client.recv_response().await.unwrap();
         assert_eq!(r.result.unwrap().len(), 10);
     }
     server.shutdown();
@@ -69,16 +69,16 @@ async fn many_tasks_call_an_async_server() {
 async fn async_timeout_abandons_and_shutdown_wakes_waiters() {
     // Nobody answers requests on this endpoint.
     let silent = Endpoint::bind("127.0.0.1:0").unwrap();
-    let client = Endpoint::bind("127.0.0.1:0").unwrap();
+    let client = AsyncEndpoint::bind("127.0.0.1:0").unwrap();
     let r = client
-        .call_timeout_async(
+        .call_timeout(
             silent.local_addr(),
             &b"hello?"[..],
             Duration::from_millis(30),
         )
         .await;
     assert!(matches!(r, Err(Error::Timeout)));
-    assert_eq!(client.engine_stats().client_rpcs, 0);
+    assert_eq!(client.blocking().engine_stats().client_rpcs, 0);
 
     let pending = client.send_request(silent.local_addr(), &b"x"[..]).unwrap();
     let c2 = client.clone();
@@ -87,10 +87,7 @@ async fn async_timeout_abandons_and_shutdown_wakes_waiters() {
         c2.shutdown();
     });
     assert!(matches!(pending.await, Err(Error::Shutdown)));
-    assert!(matches!(
-        client.recv_request_async().await,
-        Err(Error::Shutdown)
-    ));
+    assert!(matches!(client.recv_request().await, Err(Error::Shutdown)));
     stopper.await.unwrap();
 }
 
@@ -104,7 +101,7 @@ async fn next<S: futures_core::Stream + Unpin>(s: &mut S) -> Option<S::Item> {
 /// leaves the background thread idle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_waits_are_woken_by_the_reactor() {
-    let server = Endpoint::bind("127.0.0.1:0").unwrap();
+    let server = AsyncEndpoint::bind("127.0.0.1:0").unwrap();
     let addr = server.local_addr();
     let mut requests = server.requests();
     let serving = tokio::spawn(async move {
@@ -128,7 +125,7 @@ async fn async_waits_are_woken_by_the_reactor() {
         assert_eq!(reply.to_vec(), req);
     }
     let c = client.runtime_stats();
-    let s = server.runtime_stats();
+    let s = server.blocking().runtime_stats();
     // The background threads may run a timer backstop or two, but they do
     // not deliver the results (that would be one drive per call).
     assert!(
@@ -158,13 +155,13 @@ async fn dropped_futures_cancel_calls_and_keep_requests() {
     );
 
     // A receive future dropped while waiting takes nothing from the queue.
-    let quiet = Endpoint::bind("127.0.0.1:0").unwrap();
-    let waiting = tokio::time::timeout(Duration::from_millis(20), quiet.recv_request_async()).await;
+    let quiet = AsyncEndpoint::bind("127.0.0.1:0").unwrap();
+    let waiting = tokio::time::timeout(Duration::from_millis(20), quiet.recv_request()).await;
     assert!(waiting.is_err());
     let _pending = client
         .send_request(quiet.local_addr(), &b"second"[..])
         .unwrap();
-    let req = tokio::time::timeout(Duration::from_secs(5), quiet.recv_request_async())
+    let req = tokio::time::timeout(Duration::from_secs(5), quiet.recv_request())
         .await
         .expect("the request is still delivered")
         .unwrap();

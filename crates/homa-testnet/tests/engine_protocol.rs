@@ -137,9 +137,17 @@ fn fifo_grants_let_a_large_message_progress() {
     );
 }
 
+/// The paper's rule for scheduled levels: counted from the bottom, no tail
+/// boost.
+fn levels_from_the_bottom() -> Config {
+    Config::default()
+        .with_sched_levels_from_top(false)
+        .with_boost_tail_bytes(0)
+}
+
 #[test]
 fn priorities_follow_cutoffs_and_rank() {
-    let mut net = net_with(5, Config::default(), Reply::Fixed(1));
+    let mut net = net_with(5, levels_from_the_bottom(), Reply::Fixed(1));
     // Short requests: unscheduled, highest level.
     for i in 0..5 {
         net.send_request(1, 0, pattern(100, i)).unwrap();
@@ -175,10 +183,48 @@ fn priorities_follow_cutoffs_and_rank() {
 }
 
 #[test]
-fn scheduled_priorities_rank_concurrent_messages() {
-    // Three large messages at once: the shortest gets the highest scheduled
-    // level in use (2), the others 1 and 0.
+fn a_lone_scheduled_message_goes_at_the_top_scheduled_level_and_its_tail_higher() {
+    // Defaults: levels counted from the top, the last window boosted.
+    let mut net = net_with(2, Config::default(), Reply::Fixed(1));
+    net.send_request(1, 0, pattern(500_000, 2)).unwrap();
+    assert!(net.run_until_cond(50 * MS, |n| n.app(1).responses() == 1));
+    let p = data_prio_packets(&net, 1);
+    // Unscheduled part at level 4, scheduled part at the highest scheduled
+    // level (3), and its tail above the scheduled levels: the grants sent
+    // with fewer than 63,720 bytes still to grant carry the unscheduled
+    // level of that size (10,000-100,000 B: 5, 1,000-10,000 B: 6, up to
+    // 1,000 B: 7), and the sender sends every packet after such a GRANT at
+    // its level, so the last ~2 windows go boosted (measured: 227 packets
+    // at 3, 45 at 4, 38 at 5, 6 at 6, 38 at 7).
+    assert!(p[3] > 200, "{p:?}");
+    assert!(p[4] >= 44, "{p:?}");
+    assert!(p[5] + p[6] + p[7] > 45, "{p:?}");
+    assert_eq!(p[0] + p[1] + p[2], 0, "{p:?}");
+}
+
+#[test]
+fn scheduled_priorities_rank_concurrent_messages_from_the_top() {
+    // Three large messages at once: ranks 0, 1, 2 get levels 3, 2, 1; no
+    // message is ever granted at level 0 (nobody is left out, so no FIFO
+    // grant either).
     let mut net = net_with(4, Config::default(), Reply::Fixed(1));
+    let sizes = [900_000usize, 600_000, 300_000];
+    for (i, &s) in sizes.iter().enumerate() {
+        net.send_request(i + 1, 0, pattern(s, i as u64)).unwrap();
+    }
+    assert!(net.run_until_cond(100 * MS, |n| (1..4).all(|h| n.app(h).responses() == 1)));
+    let shortest = data_prio_packets(&net, 3);
+    let longest = data_prio_packets(&net, 1);
+    assert!(shortest[3] > 0, "shortest message: {shortest:?}");
+    assert!(longest[1] > 0, "longest message: {longest:?}");
+    assert_eq!(longest[0] + shortest[0], 0, "{longest:?} {shortest:?}");
+}
+
+#[test]
+fn scheduled_priorities_rank_concurrent_messages() {
+    // The paper's rule. Three large messages at once: the shortest gets the
+    // highest scheduled level in use (2), the others 1 and 0.
+    let mut net = net_with(4, levels_from_the_bottom(), Reply::Fixed(1));
     let sizes = [900_000usize, 600_000, 300_000];
     for (i, &s) in sizes.iter().enumerate() {
         net.send_request(i + 1, 0, pattern(s, i as u64)).unwrap();

@@ -4,7 +4,7 @@
 //! timeouts.
 
 use bytes::Bytes;
-use homa_proto::{Config, Event, Message, RpcError, RpcId, ServerRpc};
+use homa_proto::{Config, Event, GrantPolicy, Message, RpcError, RpcId, ServerRpc};
 use homa_testnet::{
     pattern, App, Cut, EngineNet, Fabric, HostCtx, Partition, Record, Reply, TestApp,
 };
@@ -111,6 +111,42 @@ fn overcommitment_and_incoming_cap_are_respected() {
     }
     // With eight candidates the receiver really does keep three going.
     assert_eq!(most, 3);
+}
+
+/// When the four 500 KB requests of hosts 1-4 to host 0 finish, in order.
+fn four_equal_messages(config: Config) -> Vec<u64> {
+    let mut net = net_with(5, config, Reply::Fixed(1));
+    let ids: Vec<RpcId> = (1..5)
+        .map(|h| net.send_request(h, 0, pattern(500_000, h as u64)).unwrap())
+        .collect();
+    assert!(net.run_until_cond(200 * MS, |n| (1..5).all(|h| n.app(h).responses() == 1)));
+    let mut t: Vec<u64> = (1..5)
+        .map(|h| net.app(h).finished_at(ids[h - 1]).unwrap())
+        .collect();
+    t.sort();
+    t
+}
+
+#[test]
+fn every_message_grants_all_incoming_messages_at_once() {
+    // BasicTransport's policy ignores max_overcommit: four equal messages
+    // share the downlink and finish together, where SRPT with
+    // overcommitment 1 finishes them one after the other.
+    let every = Config::default()
+        .with_max_overcommit(1)
+        .with_grant_fifo_permille(0)
+        .with_grant_policy(GrantPolicy::EveryMessage {
+            increment_bytes: 5 * 1416,
+        });
+    let t = four_equal_messages(every);
+    let srpt = four_equal_messages(
+        Config::default()
+            .with_max_overcommit(1)
+            .with_grant_fifo_permille(0),
+    );
+    // 2 MB at 25 Gbps: ~650 µs for all; one message alone ~170 µs.
+    assert!(t[3] - t[0] < (t[3] / 5), "every message: {t:?}");
+    assert!(srpt[3] - srpt[0] > (srpt[3] / 2), "SRPT: {srpt:?}");
 }
 
 #[test]

@@ -14,10 +14,12 @@ use crate::srpt::SrptQueue;
 /// Invariants: `queue` and `by_age` hold the same messages (an entry
 /// `(remaining, birth, key)` in one, `(birth, key)` in the other; the
 /// endpoint keeps `remaining` in `InMsg::grant_key`, the entry's key): the
-/// incoming messages with pool space that are not yet granted in full;
+/// incoming messages with pool space that are not yet granted in full
+/// (none under `GrantPolicy::EveryMessage`, which grants each message from
+/// its own packets, `Endpoint::handle_data`);
 /// `incoming` is the sum of `InMsg::outstanding()` over the incoming
 /// messages that have pool space (kept by the endpoint through
-/// [`Self::track`], [`Self::add`] and [`Self::remove`]); grants other than
+/// [`Self::track`], [`Self::add`] and [`Self::remove`]); under SRPT, grants other than
 /// FIFO grants never take it beyond `max_incoming`; `settled` is only true
 /// while a grant pass would grant nothing; the FIFO credit is at most two
 /// quanta.

@@ -1,5 +1,6 @@
 //! Receiver side: DATA packets, pool reservation, delivery, and grants (SRPT
-//! with controlled overcommitment and rank-based scheduled priorities).
+//! with controlled overcommitment and rank-based scheduled priorities, or
+//! BasicTransport's grant to every message).
 
 use crate::endpoint::{
     Control, ControlBody, Endpoint, Event, RpcError, RpcId, ServerEntry, ServerRpc,

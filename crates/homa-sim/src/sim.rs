@@ -1802,11 +1802,12 @@ mod tests {
         assert_eq!(r.steady_state.unfinished, 0);
     }
 
-    /// The scheduled-priority inversion of docs/simulation.md ("What the
-    /// engine needs for #17"): a mid-size message granted while alone gets
-    /// the lowest scheduled level; larger messages that start just after it
-    /// are granted above it, and its granted packets wait behind theirs at
-    /// the receiver's downlink. Returns the mid-size message's slowdown.
+    /// The scheduled-priority inversion of docs/simulation.md ("The #17
+    /// engine changes"): with levels counted from the bottom, a mid-size
+    /// message granted while alone gets the lowest scheduled level; larger
+    /// messages that start just after it are granted above it, and its
+    /// granted packets wait behind theirs at the receiver's downlink.
+    /// Returns the mid-size message's slowdown.
     fn mid_size_behind_larger(delay_ns: Time, priorities: Option<u8>) -> f64 {
         let mut msgs = vec![TraceMsg {
             at: 0,

@@ -24,9 +24,10 @@ pub struct SimArgs {
     /// Offered load(s), fraction of host link bandwidth (wire bytes of DATA packets).
     #[arg(long, default_value = "0.8", value_delimiter = ',')]
     load: Vec<f64>,
-    /// Variant(s): homa; basic (today: 1 priority level, overcommitment 1,
-    /// not yet RAMCloud's BasicTransport); homa-1prio (the same ablation by
-    /// its own name); no-overcommit (8 levels, overcommitment 1).
+    /// Variant(s): homa; basic (RAMCloud's BasicTransport: 1 priority level,
+    /// every incoming message granted, senders SRPT without FIFO share);
+    /// homa-1prio (Homa with 1 level, overcommitment 1); no-overcommit (8
+    /// levels, overcommitment 1).
     #[arg(long, default_value = "homa", value_delimiter = ',')]
     variant: Vec<String>,
     /// Priority levels (1..=8); default 8 for homa, 1 for basic.
@@ -39,7 +40,8 @@ pub struct SimArgs {
     /// Unscheduled bytes per message; default one RTT, rounded up to whole packets.
     #[arg(long, value_delimiter = ',')]
     unsched_bytes: Vec<u32>,
-    /// Degree of overcommitment; default 8 for homa, 1 for basic.
+    /// Degree of overcommitment; default 8 for homa, 1 for homa-1prio and
+    /// no-overcommit (basic grants every message and ignores it).
     #[arg(long, value_delimiter = ',')]
     overcommit: Vec<usize>,
     /// paper (9 racks x 16 hosts, 4 aggregation switches), star:N, or tree:RACKSxHOSTS:AGGS.

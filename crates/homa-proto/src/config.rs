@@ -58,6 +58,22 @@ pub struct Config {
     pub cutoff_version: u16,
     /// Messages the receiver grants to at once (controlled overcommitment).
     pub max_overcommit: usize,
+    /// How the receiver decides which incoming messages get grants:
+    /// Homa's SRPT with controlled overcommitment, or RAMCloud
+    /// BasicTransport's grant to every message (`docs/protocol.md` §4.3).
+    pub grant_policy: GrantPolicy,
+    /// Scheduled levels counted from the top: the message of SRPT rank 0
+    /// always gets the highest scheduled level, rank 1 the next, ... When
+    /// false, the levels are counted from the bottom: with fewer granted
+    /// messages than scheduled levels they use the lowest ones (the paper's
+    /// rule, which lets a larger newcomer's packets overtake an older,
+    /// shorter message's; `docs/protocol.md` §4.3).
+    pub sched_levels_from_top: bool,
+    /// Boost the tail: once fewer than this many bytes of a message remain
+    /// to be granted, its grants carry the higher of its level by rank and
+    /// the unscheduled level of a message of that remaining size. `None`:
+    /// the grant window; `Some(0)`: off.
+    pub boost_tail_bytes: Option<u32>,
     /// Cap on bytes granted but not yet received, across all incoming messages.
     /// `None`: `max_overcommit × grant_window`.
     pub max_incoming: Option<u64>,
@@ -136,6 +152,25 @@ pub struct Config {
     pub rpc_id_seed: u64,
 }
 
+/// Which incoming messages a receiver grants to (`docs/protocol.md` §4.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GrantPolicy {
+    /// Homa: the `max_overcommit` messages with the fewest remaining bytes,
+    /// a window each, under the `max_incoming` cap, plus the FIFO share.
+    #[default]
+    Srpt,
+    /// RAMCloud's BasicTransport: on every DATA packet of a message that
+    /// needs grants, if its grant is below `bytes_received + grant_window`,
+    /// it becomes `bytes_received + grant_window + increment_bytes` (at most
+    /// the message's length). Every message, independently: no ranking, no
+    /// overcommitment limit, no cap, no FIFO share. O(1) per packet.
+    EveryMessage {
+        /// Bytes granted beyond the window at each grant (BasicTransport: 5
+        /// full packets), so that a GRANT goes out every few packets.
+        increment_bytes: u32,
+    },
+}
+
 /// DATA datagrams of `from..to` bytes (UDP payload) go out padded with zeros
 /// to `to` bytes; the header declares the padding and receivers skip it.
 /// Some kernels handle datagrams of some sizes markedly slower than slightly
@@ -186,6 +221,9 @@ impl Default for Config {
             ],
             cutoff_version: 1,
             max_overcommit: 8,
+            grant_policy: GrantPolicy::Srpt,
+            sched_levels_from_top: true,
+            boost_tail_bytes: None,
             max_incoming: None,
             grant_fifo_permille: 50,
             pacer_fifo_permille: 50,
@@ -443,6 +481,13 @@ impl Config {
             .unwrap_or_else(|| self.rtt_packet_bytes())
             .max(self.max_data_per_packet() as u32)
     }
+    /// Bytes still to grant below which a message's grants are boosted to
+    /// the unscheduled level of that size: `boost_tail_bytes`, or
+    /// [`Self::effective_grant_window`] when unset; 0: no boost.
+    pub fn effective_boost_tail_bytes(&self) -> u32 {
+        self.boost_tail_bytes
+            .unwrap_or_else(|| self.effective_grant_window())
+    }
     /// Cap on granted but not yet received bytes: `max_incoming`, or
     /// `max_overcommit` × [`Self::effective_grant_window`] when unset.
     pub fn effective_max_incoming(&self) -> u64 {
@@ -474,6 +519,7 @@ impl Config {
         Config {
             unsched_bytes: Some(self.effective_unsched_bytes()),
             grant_window: Some(self.effective_grant_window()),
+            boost_tail_bytes: Some(self.effective_boost_tail_bytes()),
             resend_interval_ns: Some(self.effective_resend_interval_ns()),
             rpc_timeout_ns: Some(self.effective_rpc_timeout_ns()),
             tombstone_ns: Some(self.effective_tombstone_ns()),
@@ -561,6 +607,16 @@ impl Config {
         }
         if self.max_overcommit == 0 {
             return bad("max_overcommit must be at least 1".into());
+        }
+        if let GrantPolicy::EveryMessage { increment_bytes } = self.grant_policy {
+            if increment_bytes as u64 + self.effective_grant_window() as u64 > u32::MAX as u64 / 2 {
+                return bad(format!(
+                    "grant increment {increment_bytes} plus the grant window must be below 2^31"
+                ));
+            }
+        }
+        if self.boost_tail_bytes.is_some_and(|b| b > i32::MAX as u32) {
+            return bad("boost_tail_bytes must be below 2^31 (0 turns it off)".into());
         }
         if self.grant_fifo_permille > 1000 || self.pacer_fifo_permille > 1000 {
             return bad("fifo fractions are per-mille (0..=1000)".into());

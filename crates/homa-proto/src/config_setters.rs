@@ -4,7 +4,7 @@
 //! public to read. Kept apart from `config.rs` so that new fields there and
 //! their setters here merge independently.
 
-use crate::config::{Config, PadWindow};
+use crate::config::{Config, GrantPolicy, PadWindow};
 use crate::wire::MAX_PRIORITIES;
 
 /// Generates `with_<field>` setters whose doc ends in "Default: `<expr>`.",
@@ -87,6 +87,16 @@ setters! {
     plain with_cutoff_version(cutoff_version: u16) = 1;
     /// Messages the receiver grants to at once (controlled overcommitment).
     plain with_max_overcommit(max_overcommit: usize) = 8;
+    /// Which incoming messages get grants: SRPT with controlled
+    /// overcommitment, or every message (RAMCloud's BasicTransport).
+    plain with_grant_policy(grant_policy: GrantPolicy) = GrantPolicy::Srpt;
+    /// Scheduled levels counted from the top (SRPT rank 0 always gets the
+    /// highest scheduled level); false: from the bottom (the paper's rule).
+    plain with_sched_levels_from_top(sched_levels_from_top: bool) = true;
+    /// Grants of a message with fewer bytes than this still to grant carry
+    /// at least the unscheduled level of that size; `None`: the grant
+    /// window; `Some(0)`: off.
+    opt with_boost_tail_bytes(boost_tail_bytes: Option<u32>) = None;
     /// Cap on granted but not yet received bytes; `None`:
     /// `max_overcommit × grant_window`.
     opt with_max_incoming(max_incoming: Option<u64>) = None;

@@ -6,7 +6,7 @@
 //! incoming.rs) walks the top of this queue and raises each message's grant
 //! with this arithmetic.
 
-use crate::config::Config;
+use crate::config::{Config, GrantPolicy};
 use crate::fifo::FifoCredit;
 use crate::rpc::RpcKey;
 use crate::srpt::SrptQueue;
@@ -14,10 +14,12 @@ use crate::srpt::SrptQueue;
 /// Invariants: `queue` and `by_age` hold the same messages (an entry
 /// `(remaining, birth, key)` in one, `(birth, key)` in the other; the
 /// endpoint keeps `remaining` in `InMsg::grant_key`, the entry's key): the
-/// incoming messages with pool space that are not yet granted in full;
+/// incoming messages with pool space that are not yet granted in full
+/// (none under `GrantPolicy::EveryMessage`, which grants each message from
+/// its own packets, `Endpoint::handle_data`);
 /// `incoming` is the sum of `InMsg::outstanding()` over the incoming
 /// messages that have pool space (kept by the endpoint through
-/// [`Self::track`], [`Self::add`] and [`Self::remove`]); grants other than
+/// [`Self::track`], [`Self::add`] and [`Self::remove`]); under SRPT, grants other than
 /// FIFO grants never take it beyond `max_incoming`; `settled` is only true
 /// while a grant pass would grant nothing; the FIFO credit is at most two
 /// quanta.
@@ -34,6 +36,12 @@ pub(crate) struct Grants {
     window: u32,
     /// Priority levels for scheduled packets (at least 1).
     sched_levels: u8,
+    /// `Config::sched_levels_from_top`.
+    from_top: bool,
+    /// `Config::effective_boost_tail_bytes` (0: off).
+    boost_tail: u32,
+    /// `GrantPolicy::EveryMessage`'s increment, if that is the policy.
+    every_message: Option<u32>,
     /// Inside `handle_datagrams`: grant passes wait for the last packet...
     deferred: bool,
     /// ...and this says one is owed.
@@ -64,6 +72,12 @@ impl Grants {
                 .priority_levels
                 .saturating_sub(config.unsched_priorities)
                 .max(1),
+            from_top: config.sched_levels_from_top,
+            boost_tail: config.effective_boost_tail_bytes(),
+            every_message: match config.grant_policy {
+                GrantPolicy::Srpt => None,
+                GrantPolicy::EveryMessage { increment_bytes } => Some(increment_bytes),
+            },
             deferred: false,
             dirty: false,
             settled: true,
@@ -188,13 +202,53 @@ impl Grants {
 
     /// The scheduled priority of the message of SRPT rank `rank` (0: the
     /// shortest) among `n` granted ones: the shortest gets the highest
-    /// scheduled level, and when there are fewer messages than levels they
-    /// use the lowest ones (so that a new shorter message finds a higher
-    /// level free).
+    /// scheduled level. Counted from the top (the default), rank `r` gets
+    /// the `r`-th level from the top whatever `n` is, so a larger newcomer
+    /// never gets a level above an older, shorter message's. Counted from
+    /// the bottom (the paper's rule), when there are fewer messages than
+    /// levels they use the lowest ones (so that a new shorter message
+    /// finds a higher level free).
     #[inline]
     pub fn level(&self, rank: usize, n: usize) -> u8 {
         let s = self.sched_levels as usize;
-        (n.min(s) - 1 - rank.min(s - 1)) as u8
+        if self.from_top {
+            (s - 1 - rank.min(s - 1)) as u8
+        } else {
+            (n.min(s) - 1 - rank.min(s - 1)) as u8
+        }
+    }
+
+    /// Whether a message with `to_grant` bytes still to grant has its
+    /// grants boosted to the unscheduled level of that size
+    /// (`Config::boost_tail_bytes`).
+    #[inline(always)]
+    pub fn boosts(&self, to_grant: u32) -> bool {
+        to_grant < self.boost_tail
+    }
+
+    /// Under `GrantPolicy::EveryMessage`, the increment; `None` under SRPT.
+    #[inline(always)]
+    pub fn every_message(&self) -> Option<u32> {
+        self.every_message
+    }
+
+    /// `GrantPolicy::EveryMessage`'s rule, for a message of `len` bytes
+    /// with `received` bytes received and `granted` granted: if the grant
+    /// is below `received + window` (and the message's end), the new grant
+    /// `min(len, received + window + increment)`; else `None`.
+    #[inline(always)]
+    pub fn every_message_grant(
+        &self,
+        increment: u32,
+        received: u32,
+        granted: u32,
+        len: u32,
+    ) -> Option<u32> {
+        let floor = received as u64 + self.window as u64;
+        if granted as u64 >= floor || granted >= len {
+            return None;
+        }
+        Some((floor + increment as u64).min(len as u64) as u32)
     }
 
     /// The grant offset a message should have next, or `None` if it
@@ -332,16 +386,90 @@ mod tests {
     }
 
     #[test]
+    fn shorter_messages_get_higher_scheduled_levels_from_the_top() {
+        // 4 scheduled levels (0..=3): rank r gets 3 - r whatever n is.
+        let g = grants(10_000, 1 << 30, 8, 4);
+        assert_eq!(g.level(0, 1), 3);
+        assert_eq!((0..2).map(|r| g.level(r, 2)).collect::<Vec<_>>(), [3, 2]);
+        assert_eq!(
+            (0..6).map(|r| g.level(r, 6)).collect::<Vec<_>>(),
+            [3, 2, 1, 0, 0, 0]
+        );
+        let g = grants(10_000, 1 << 30, 8, 8);
+        assert_eq!((0..3).map(|r| g.level(r, 3)).collect::<Vec<_>>(), [0, 0, 0]);
+    }
+
+    #[test]
+    fn the_tail_is_boosted_below_the_threshold_only() {
+        // Default: the grant window.
+        let g = grants(10_000, 1 << 30, 8, 4);
+        assert!(g.boosts(9_999));
+        assert!(!g.boosts(10_000));
+        let g = Grants::new(&Config {
+            boost_tail_bytes: Some(0),
+            ..Config::default()
+        });
+        assert!(!g.boosts(0));
+        assert!(!g.boosts(1));
+    }
+
+    #[test]
+    fn every_message_grants_a_window_and_an_increment_when_below_a_window() {
+        let g = Grants::new(&Config {
+            grant_window: Some(10_000),
+            grant_policy: GrantPolicy::EveryMessage {
+                increment_bytes: 5_000,
+            },
+            ..Config::default()
+        });
+        assert_eq!(g.every_message(), Some(5_000));
+        // Granted 10,000 (the unscheduled bytes), 1,000 received: below
+        // 11,000, so grant 16,000.
+        assert_eq!(
+            g.every_message_grant(5_000, 1_000, 10_000, 100_000),
+            Some(16_000)
+        );
+        // Up to 5 more packets' worth received: no grant.
+        assert_eq!(g.every_message_grant(5_000, 6_000, 16_000, 100_000), None);
+        // Beyond: the next one.
+        assert_eq!(
+            g.every_message_grant(5_000, 6_001, 16_000, 100_000),
+            Some(21_001)
+        );
+        // Never beyond the message; nothing once all is granted.
+        assert_eq!(
+            g.every_message_grant(5_000, 95_000, 99_000, 100_000),
+            Some(100_000)
+        );
+        assert_eq!(g.every_message_grant(5_000, 95_000, 100_000, 100_000), None);
+        // An increment of 0: a grant at every packet.
+        assert_eq!(
+            g.every_message_grant(0, 1_000, 10_000, 100_000),
+            Some(11_000)
+        );
+        assert_eq!(Grants::new(&Config::default()).every_message(), None);
+    }
+
+    #[test]
     fn shorter_messages_get_higher_scheduled_levels_from_the_bottom() {
         // 4 scheduled levels (0..=3).
-        let g = grants(10_000, 1 << 30, 8, 4);
+        let g = Grants::new(&Config {
+            grant_window: Some(10_000),
+            sched_levels_from_top: false,
+            ..Config::default()
+        });
         assert_eq!((0..2).map(|r| g.level(r, 2)).collect::<Vec<_>>(), [1, 0]);
         assert_eq!(
             (0..6).map(|r| g.level(r, 6)).collect::<Vec<_>>(),
             [3, 2, 1, 0, 0, 0]
         );
         // All levels unscheduled: scheduled packets share level 0.
-        let g = grants(10_000, 1 << 30, 8, 8);
+        let g = Grants::new(&Config {
+            priority_levels: 8,
+            unsched_priorities: 8,
+            sched_levels_from_top: false,
+            ..Config::default()
+        });
         assert_eq!((0..3).map(|r| g.level(r, 3)).collect::<Vec<_>>(), [0, 0, 0]);
     }
 

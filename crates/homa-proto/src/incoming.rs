@@ -1,5 +1,6 @@
 //! Receiver side: DATA packets, pool reservation, delivery, and grants (SRPT
-//! with controlled overcommitment and rank-based scheduled priorities).
+//! with controlled overcommitment and rank-based scheduled priorities, or
+//! BasicTransport's grant to every message).
 
 use crate::endpoint::{
     Control, ControlBody, Endpoint, Event, RpcError, RpcId, ServerEntry, ServerRpc,
@@ -203,6 +204,16 @@ impl Endpoint {
             self.finish_incoming(now, key);
             return;
         }
+        if let Some(increment) = self.grants.every_message() {
+            // BasicTransport's rule: this message alone, O(1).
+            if let Some(target) =
+                self.grants
+                    .every_message_grant(increment, inc.bytes_received, inc.granted, inc.len)
+            {
+                self.raise_grant(key, target, 0);
+            }
+            return;
+        }
         if let Some(remaining) = inc.grant_key {
             debug_assert_eq!(remaining, old_remaining);
             let new_remaining = inc.len - inc.bytes_received;
@@ -295,7 +306,10 @@ impl Endpoint {
         let inc = rpc.inc.as_mut().unwrap();
         self.grants.add(inc.outstanding());
         self.grants.unsettle();
-        if inc.granted < inc.len && inc.grant_key.is_none() {
+        // Under `GrantPolicy::EveryMessage` no message is ranked: each is
+        // granted as its own packets arrive (`handle_data`).
+        if inc.granted < inc.len && inc.grant_key.is_none() && self.grants.every_message().is_none()
+        {
             let remaining = inc.len - inc.bytes_received;
             inc.grant_key = Some(remaining);
             self.grants.enqueue(remaining, birth, key);
@@ -474,15 +488,32 @@ impl Endpoint {
         else {
             return 0;
         };
+        // Boost the tail: a message with little left to grant goes at least
+        // at the unscheduled level of a message of that size.
+        let to_grant = inc.len - inc.granted;
+        let priority = if self.grants.boosts(to_grant) {
+            priority.max(self.derived.unsched_level(to_grant))
+        } else {
+            priority
+        };
+        if target >= inc.len {
+            let remaining = inc.grant_key.take().unwrap();
+            self.grants.dequeue(remaining, birth, key);
+        }
+        self.raise_grant(key, target, priority)
+    }
+
+    /// Sets message `key`'s grant to `target` (above its current one) and
+    /// its scheduled priority, and queues its GRANT; returns the bytes
+    /// granted.
+    #[inline]
+    fn raise_grant(&mut self, key: RpcKey, target: u32, priority: u8) -> u32 {
+        let inc = self.rpcs[key].inc.as_mut().unwrap();
         let delta = target - inc.granted;
         let old = inc.outstanding();
         inc.granted = target;
         inc.priority = priority;
         self.grants.track(old, inc.outstanding());
-        if target >= inc.len {
-            let remaining = inc.grant_key.take().unwrap();
-            self.grants.dequeue(remaining, birth, key);
-        }
         self.metrics.granted_bytes += delta as u64;
         // One GRANT in the queue per message at a time: it carries whatever
         // the grant is when it is sent, so a burst of arrivals (a GRO batch)

@@ -78,7 +78,7 @@ pub mod trace;
 mod waiters;
 pub mod wire;
 
-pub use config::{Config, ConfigError, NetworkProfile, PadWindow};
+pub use config::{Config, ConfigError, GrantPolicy, NetworkProfile, PadWindow};
 pub use endpoint::{
     splitmix64, Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Transmit,
 };

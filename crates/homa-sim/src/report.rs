@@ -55,7 +55,11 @@ pub fn table(r: &Report) -> String {
     let _ = writeln!(
         s,
         "  overcommit {}, rtt {} ns ({} B), grant window {} B, pattern {:?}, seed {}, stop {:?}, warm-up {:.0}%",
-        p.overcommit,
+        if p.grant_policy == "Srpt" {
+            p.overcommit.to_string()
+        } else {
+            format!("none, every message granted ({})", p.grant_policy)
+        },
         p.rtt_ns,
         p.rtt_bytes,
         p.grant_window,

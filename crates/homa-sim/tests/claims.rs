@@ -94,15 +94,16 @@ fn claim1_homa_smallest_decile_p99_is_low() {
 #[test]
 fn claim2_basic_has_much_worse_tail_for_small_messages() {
     let r = runs();
-    // The paper: 5-15x. Here (see docs/simulation.md) about 3.5x for W3,
-    // because "basic" keeps Homa's sender pacing and receiver-driven grants,
-    // which keep queues short even without priorities.
+    // The paper: 5-15x. "basic" is RAMCloud's BasicTransport (no
+    // priorities, every incoming message granted); on these short runs
+    // (10,000 messages, a 16-host network) the ratio is smaller than at
+    // steady state on the paper's topology (docs/simulation.md).
     let ratio = d1(&r["w3 basic"]).p99_slowdown / d1(&r["w3"]).p99_slowdown;
     assert!(ratio >= 3.0, "W3 basic/homa = {ratio:.2}");
     let ratio4 = d1(&r["w4 basic"]).p99_slowdown / d1(&r["w4"]).p99_slowdown;
     assert!(ratio4 >= 1.5, "W4 basic/homa = {ratio4:.2}");
-    // And for the largest messages (no overcommitment wastes bandwidth).
-    assert!(r["w4 basic"].top1pct.p99_slowdown > r["w4"].top1pct.p99_slowdown);
+    // (The largest messages are not compared: BasicTransport grants every
+    // message, so unlike overcommitment 1 it wastes no bandwidth on them.)
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! timeouts.
 
 use bytes::Bytes;
-use homa_proto::{Config, Event, Message, RpcError, RpcId, ServerRpc};
+use homa_proto::{Config, Event, GrantPolicy, Message, RpcError, RpcId, ServerRpc};
 use homa_testnet::{
     pattern, App, Cut, EngineNet, Fabric, HostCtx, Partition, Record, Reply, TestApp,
 };
@@ -113,6 +113,42 @@ fn overcommitment_and_incoming_cap_are_respected() {
     assert_eq!(most, 3);
 }
 
+/// When the four 500 KB requests of hosts 1-4 to host 0 finish, in order.
+fn four_equal_messages(config: Config) -> Vec<u64> {
+    let mut net = net_with(5, config, Reply::Fixed(1));
+    let ids: Vec<RpcId> = (1..5)
+        .map(|h| net.send_request(h, 0, pattern(500_000, h as u64)).unwrap())
+        .collect();
+    assert!(net.run_until_cond(200 * MS, |n| (1..5).all(|h| n.app(h).responses() == 1)));
+    let mut t: Vec<u64> = (1..5)
+        .map(|h| net.app(h).finished_at(ids[h - 1]).unwrap())
+        .collect();
+    t.sort();
+    t
+}
+
+#[test]
+fn every_message_grants_all_incoming_messages_at_once() {
+    // BasicTransport's policy ignores max_overcommit: four equal messages
+    // share the downlink and finish together, where SRPT with
+    // overcommitment 1 finishes them one after the other.
+    let every = Config::default()
+        .with_max_overcommit(1)
+        .with_grant_fifo_permille(0)
+        .with_grant_policy(GrantPolicy::EveryMessage {
+            increment_bytes: 5 * 1416,
+        });
+    let t = four_equal_messages(every);
+    let srpt = four_equal_messages(
+        Config::default()
+            .with_max_overcommit(1)
+            .with_grant_fifo_permille(0),
+    );
+    // 2 MB at 25 Gbps: ~650 µs for all; one message alone ~170 µs.
+    assert!(t[3] - t[0] < (t[3] / 5), "every message: {t:?}");
+    assert!(srpt[3] - srpt[0] > (srpt[3] / 2), "SRPT: {srpt:?}");
+}
+
 #[test]
 fn fifo_grants_let_a_large_message_progress() {
     // One huge message competes with a stream of shorter ones; with FIFO grants
@@ -137,9 +173,17 @@ fn fifo_grants_let_a_large_message_progress() {
     );
 }
 
+/// The paper's rule for scheduled levels: counted from the bottom, no tail
+/// boost.
+fn levels_from_the_bottom() -> Config {
+    Config::default()
+        .with_sched_levels_from_top(false)
+        .with_boost_tail_bytes(0)
+}
+
 #[test]
 fn priorities_follow_cutoffs_and_rank() {
-    let mut net = net_with(5, Config::default(), Reply::Fixed(1));
+    let mut net = net_with(5, levels_from_the_bottom(), Reply::Fixed(1));
     // Short requests: unscheduled, highest level.
     for i in 0..5 {
         net.send_request(1, 0, pattern(100, i)).unwrap();
@@ -175,10 +219,48 @@ fn priorities_follow_cutoffs_and_rank() {
 }
 
 #[test]
-fn scheduled_priorities_rank_concurrent_messages() {
-    // Three large messages at once: the shortest gets the highest scheduled
-    // level in use (2), the others 1 and 0.
+fn a_lone_scheduled_message_goes_at_the_top_scheduled_level_and_its_tail_higher() {
+    // Defaults: levels counted from the top, the last window boosted.
+    let mut net = net_with(2, Config::default(), Reply::Fixed(1));
+    net.send_request(1, 0, pattern(500_000, 2)).unwrap();
+    assert!(net.run_until_cond(50 * MS, |n| n.app(1).responses() == 1));
+    let p = data_prio_packets(&net, 1);
+    // Unscheduled part at level 4, scheduled part at the highest scheduled
+    // level (3), and its tail above the scheduled levels: the grants sent
+    // with fewer than 63,720 bytes still to grant carry the unscheduled
+    // level of that size (10,000-100,000 B: 5, 1,000-10,000 B: 6, up to
+    // 1,000 B: 7), and the sender sends every packet after such a GRANT at
+    // its level, so the last ~2 windows go boosted (measured: 227 packets
+    // at 3, 45 at 4, 38 at 5, 6 at 6, 38 at 7).
+    assert!(p[3] > 200, "{p:?}");
+    assert!(p[4] >= 44, "{p:?}");
+    assert!(p[5] + p[6] + p[7] > 45, "{p:?}");
+    assert_eq!(p[0] + p[1] + p[2], 0, "{p:?}");
+}
+
+#[test]
+fn scheduled_priorities_rank_concurrent_messages_from_the_top() {
+    // Three large messages at once: ranks 0, 1, 2 get levels 3, 2, 1; no
+    // message is ever granted at level 0 (nobody is left out, so no FIFO
+    // grant either).
     let mut net = net_with(4, Config::default(), Reply::Fixed(1));
+    let sizes = [900_000usize, 600_000, 300_000];
+    for (i, &s) in sizes.iter().enumerate() {
+        net.send_request(i + 1, 0, pattern(s, i as u64)).unwrap();
+    }
+    assert!(net.run_until_cond(100 * MS, |n| (1..4).all(|h| n.app(h).responses() == 1)));
+    let shortest = data_prio_packets(&net, 3);
+    let longest = data_prio_packets(&net, 1);
+    assert!(shortest[3] > 0, "shortest message: {shortest:?}");
+    assert!(longest[1] > 0, "longest message: {longest:?}");
+    assert_eq!(longest[0] + shortest[0], 0, "{longest:?} {shortest:?}");
+}
+
+#[test]
+fn scheduled_priorities_rank_concurrent_messages() {
+    // The paper's rule. Three large messages at once: the shortest gets the
+    // highest scheduled level in use (2), the others 1 and 0.
+    let mut net = net_with(4, levels_from_the_bottom(), Reply::Fixed(1));
     let sizes = [900_000usize, 600_000, 300_000];
     for (i, &s) in sizes.iter().enumerate() {
         net.send_request(i + 1, 0, pattern(s, i as u64)).unwrap();

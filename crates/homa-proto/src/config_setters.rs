@@ -95,8 +95,8 @@ setters! {
     plain with_sched_levels_from_top(sched_levels_from_top: bool) = true;
     /// Grants of a message with fewer bytes than this still to grant carry
     /// at least the unscheduled level of that size; `None`: the grant
-    /// window; `Some(0)`: off.
-    opt with_boost_tail_bytes(boost_tail_bytes: Option<u32>) = None;
+    /// window; `Some(0)`: off (the default, measured better).
+    opt with_boost_tail_bytes(boost_tail_bytes: Option<u32>) = Some(0);
     /// Cap on granted but not yet received bytes; `None`:
     /// `max_overcommit × grant_window`.
     opt with_max_incoming(max_incoming: Option<u64>) = None;

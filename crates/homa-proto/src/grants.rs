@@ -401,14 +401,16 @@ mod tests {
 
     #[test]
     fn the_tail_is_boosted_below_the_threshold_only() {
-        // Default: the grant window.
-        let g = grants(10_000, 1 << 30, 8, 4);
-        assert!(g.boosts(9_999));
-        assert!(!g.boosts(10_000));
+        // `None`: the grant window.
         let g = Grants::new(&Config {
-            boost_tail_bytes: Some(0),
+            grant_window: Some(10_000),
+            boost_tail_bytes: None,
             ..Config::default()
         });
+        assert!(g.boosts(9_999));
+        assert!(!g.boosts(10_000));
+        // Off: the default.
+        let g = Grants::new(&Config::default());
         assert!(!g.boosts(0));
         assert!(!g.boosts(1));
     }

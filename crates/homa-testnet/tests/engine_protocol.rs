@@ -220,8 +220,10 @@ fn priorities_follow_cutoffs_and_rank() {
 
 #[test]
 fn a_lone_scheduled_message_goes_at_the_top_scheduled_level_and_its_tail_higher() {
-    // Defaults: levels counted from the top, the last window boosted.
-    let mut net = net_with(2, Config::default(), Reply::Fixed(1));
+    // Levels counted from the top (the default) and the tail boosted
+    // below one grant window (`None`; off by default).
+    let config = Config::default().with_boost_tail_bytes(None);
+    let mut net = net_with(2, config, Reply::Fixed(1));
     net.send_request(1, 0, pattern(500_000, 2)).unwrap();
     assert!(net.run_until_cond(50 * MS, |n| n.app(1).responses() == 1));
     let p = data_prio_packets(&net, 1);

@@ -240,19 +240,25 @@ fn a_lone_scheduled_message_goes_at_the_top_scheduled_level_and_its_tail_higher(
     assert_eq!(p[0] + p[1] + p[2], 0, "{p:?}");
 }
 
-#[test]
-fn scheduled_priorities_rank_concurrent_messages_from_the_top() {
-    // Three large messages at once: ranks 0, 1, 2 get levels 3, 2, 1; no
-    // message is ever granted at level 0 (nobody is left out, so no FIFO
-    // grant either).
-    let mut net = net_with(4, Config::default(), Reply::Fixed(1));
+/// Sends 900, 600 and 300 KB from hosts 1, 2, 3 to host 0 at once under
+/// `config` and returns the packets per level of the shortest (host 3) and
+/// the longest (host 1) message.
+fn three_large_messages_at_once(config: Config) -> ([u64; 8], [u64; 8]) {
+    let mut net = net_with(4, config, Reply::Fixed(1));
     let sizes = [900_000usize, 600_000, 300_000];
     for (i, &s) in sizes.iter().enumerate() {
         net.send_request(i + 1, 0, pattern(s, i as u64)).unwrap();
     }
     assert!(net.run_until_cond(100 * MS, |n| (1..4).all(|h| n.app(h).responses() == 1)));
-    let shortest = data_prio_packets(&net, 3);
-    let longest = data_prio_packets(&net, 1);
+    (data_prio_packets(&net, 3), data_prio_packets(&net, 1))
+}
+
+#[test]
+fn scheduled_priorities_rank_concurrent_messages_from_the_top() {
+    // Three large messages at once: ranks 0, 1, 2 get levels 3, 2, 1; no
+    // message is ever granted at level 0 (nobody is left out, so no FIFO
+    // grant either).
+    let (shortest, longest) = three_large_messages_at_once(Config::default());
     assert!(shortest[3] > 0, "shortest message: {shortest:?}");
     assert!(longest[1] > 0, "longest message: {longest:?}");
     assert_eq!(longest[0] + shortest[0], 0, "{longest:?} {shortest:?}");
@@ -262,14 +268,7 @@ fn scheduled_priorities_rank_concurrent_messages_from_the_top() {
 fn scheduled_priorities_rank_concurrent_messages() {
     // The paper's rule. Three large messages at once: the shortest gets the
     // highest scheduled level in use (2), the others 1 and 0.
-    let mut net = net_with(4, levels_from_the_bottom(), Reply::Fixed(1));
-    let sizes = [900_000usize, 600_000, 300_000];
-    for (i, &s) in sizes.iter().enumerate() {
-        net.send_request(i + 1, 0, pattern(s, i as u64)).unwrap();
-    }
-    assert!(net.run_until_cond(100 * MS, |n| (1..4).all(|h| n.app(h).responses() == 1)));
-    let shortest = data_prio_packets(&net, 3);
-    let longest = data_prio_packets(&net, 1);
+    let (shortest, longest) = three_large_messages_at_once(levels_from_the_bottom());
     assert!(shortest[2] > 0, "shortest message: {shortest:?}");
     assert!(longest[0] > 0, "longest message: {longest:?}");
     assert_eq!(longest[3] + shortest[3], 0, "level 3 is kept for newcomers");

@@ -828,7 +828,7 @@ impl Shared {
         // its wait) and sends them. A ring here woke it ~1,500 times a
         // second in a 500 KB stream, each wake-up ~20 µs of CPU on this VM.
         let urgent = urgent
-            && !(self.roles.attention_looks_by(sleep, now) && self.attention_until_after(now));
+            && !(crate::handoff::looks_by_take_over(sleep, now) && self.attention_until_after(now));
         if next < sleep && (urgent || (self.roles.bg_watching.load(SeqCst) && worth(sleep))) {
             self.ring();
         }

@@ -121,6 +121,13 @@ pub(crate) struct BgPlan {
     pub(crate) wake_at: u64,
 }
 
+/// Whether a background thread asleep until `sleep` looks at the endpoint
+/// by the time it would take over from an application that leaves at `now`
+/// (`APP_IDLE_NS` later).
+pub(crate) fn looks_by_take_over(sleep: u64, now: u64) -> bool {
+    sleep <= now.saturating_add(APP_IDLE_NS)
+}
+
 /// The background thread's rule, as a pure function of what it sees.
 ///
 /// * Threads poll (or the async driver task runs): do not watch; wake only
@@ -277,14 +284,7 @@ impl Roles {
     pub(crate) fn attention_must_ring(&self, now: u64) -> bool {
         !self.others_drive()
             && !self.bg_watching.load(SeqCst)
-            && !self.attention_looks_by(self.bg_sleep_until.load(SeqCst), now)
-    }
-
-    /// Whether a background thread asleep until `sleep` looks at the
-    /// endpoint by the time it would take over from an application that
-    /// leaves at `now`.
-    pub(crate) fn attention_looks_by(&self, sleep: u64, now: u64) -> bool {
-        sleep <= now.saturating_add(APP_IDLE_NS)
+            && !looks_by_take_over(self.bg_sleep_until.load(SeqCst), now)
     }
 
     /// The background thread publishes `plan` (whether it watches, when it
@@ -334,13 +334,6 @@ impl Shared {
         self.attention_until.load(SeqCst) > now
     }
 
-    /// Whether a long message still needs its grants heard (see
-    /// [`Self::need_attention`]); reads the clock only if one was sent.
-    pub(crate) fn attention_pending(&self) -> bool {
-        let until = self.attention_until.load(SeqCst);
-        until != 0 && until > self.now_ns()
-    }
-
     /// Called when a thread stops polling: counts the wait and, if it was
     /// the last poller, hands over ([`Self::app_leaves`]).
     /// `found`: the wait ended with its result (counted in
@@ -367,7 +360,13 @@ impl Shared {
     /// thread gone, or this thread sees its sleep and rings.
     pub(crate) fn app_leaves(&self) {
         if self.roles.leaver_must_ring(|| self.needs_watch_now())
-            || (self.attention_pending() && self.roles.attention_must_ring(self.now_ns()))
+            || (self.attention_until.load(SeqCst) != 0 && {
+                // A long message was sent once (see `need_attention`): is
+                // it still going out, and must the background thread be
+                // rung for it? One clock read for both.
+                let now = self.now_ns();
+                self.attention_until_after(now) && self.roles.attention_must_ring(now)
+            })
         {
             self.ring();
         }

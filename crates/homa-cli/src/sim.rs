@@ -59,9 +59,13 @@ pub struct SimArgs {
     /// Propagation latency per link, ns.
     #[arg(long)]
     link_ns: Option<u64>,
-    /// Software delay per host (added to every packet received), ns.
+    /// Host delay added to every packet received (software), ns.
     #[arg(long)]
-    host_delay_ns: Option<u64>,
+    host_rx_delay_ns: Option<u64>,
+    /// Host delay added to every packet sent (software and NIC, without
+    /// occupying the link), ns.
+    #[arg(long)]
+    host_tx_delay_ns: Option<u64>,
     /// Buffer per switch output port, bytes (default unlimited).
     #[arg(long)]
     buffer_bytes: Option<u64>,
@@ -171,8 +175,11 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
     if let Some(v) = a.link_ns {
         topo.link_latency_ns = v;
     }
-    if let Some(v) = a.host_delay_ns {
-        topo.host_delay_ns = v;
+    if let Some(v) = a.host_rx_delay_ns {
+        topo.host_rx_delay_ns = v;
+    }
+    if let Some(v) = a.host_tx_delay_ns {
+        topo.host_tx_delay_ns = v;
     }
     topo.switch_buffer_bytes = a.buffer_bytes;
     topo.spray = !a.no_spray;

@@ -40,13 +40,14 @@ pub fn table(r: &Report) -> String {
     let t = &p.topology_detail;
     let _ = writeln!(
         s,
-        "  topology {} ({} hosts, host links {} Gbps, {} ns/link, {} ns/switch, {} ns host delay, {} B/packet framing, buffers {}, {})",
+        "  topology {} ({} hosts, host links {} Gbps, {} ns/link, {} ns/switch, host delays {} ns send + {} ns receive, {} B/packet framing, buffers {}, {})",
         p.topology,
         p.hosts,
         t.host_link_bps as f64 / 1e9,
         t.link_latency_ns,
         t.switch_latency_ns,
-        t.host_delay_ns,
+        t.host_tx_delay_ns,
+        t.host_rx_delay_ns,
         t.overhead_bytes,
         t.switch_buffer_bytes.map_or("unlimited".into(), |b| format!("{b} B")),
         if t.spray { "packet spraying" } else { "flow ECMP" }

@@ -44,7 +44,10 @@ pub struct Topology {
     /// Forwarding latency of every switch (ns).
     pub switch_latency_ns: u64,
     /// Software delay a host adds to every packet it receives (ns).
-    pub host_delay_ns: u64,
+    pub host_rx_delay_ns: u64,
+    /// Delay a host adds to every packet it sends, without occupying its
+    /// link (ns): transmit software path and NIC latency.
+    pub host_tx_delay_ns: u64,
     /// Wire bytes per packet beyond the UDP payload.
     pub overhead_bytes: u32,
     /// Buffer of every switch output port in bytes; `None`: unlimited.
@@ -80,7 +83,13 @@ pub use homa_testnet::net::tx_time;
 impl Topology {
     /// The Homa paper's simulated network: 144 hosts in 9 racks of 16, 10 Gbps
     /// host links, 40 Gbps ToR uplinks to 4 aggregation switches (full
-    /// bisection), 250 ns per switch, 500 ns host software delay.
+    /// bisection), with the timing of the paper's simulator (HomaSimulation's
+    /// `homaTransportConfig.ini`): no propagation delay, 250 ns per switch,
+    /// and 1.5 us of host delay on every one-way trip — 500 ns of software
+    /// turnaround on each side plus 500 ns of NIC think time at the sender.
+    /// Those host delays are part of every message's best case too, so they
+    /// set the denominator of every slowdown: leaving them out (as this
+    /// simulator did before) inflates small messages' slowdowns.
     pub fn paper() -> Topology {
         let p = TwoLevel::paper();
         Topology {
@@ -91,9 +100,10 @@ impl Topology {
                 uplink_bps: p.uplink_bps,
             },
             host_link_bps: p.host_bps,
-            link_latency_ns: p.link_latency_ns,
+            link_latency_ns: 0,
             switch_latency_ns: 250,
-            host_delay_ns: 500,
+            host_rx_delay_ns: 500,
+            host_tx_delay_ns: 1000,
             overhead_bytes: ETH_IP_UDP_OVERHEAD,
             switch_buffer_bytes: None,
             spray: true,
@@ -197,7 +207,8 @@ impl Topology {
         f.set_seed(seed);
         f.set_overhead_bytes(self.overhead_bytes);
         for h in 0..f.n_hosts() {
-            f.set_host_rx_delay(h, self.host_delay_ns);
+            f.set_host_rx_delay(h, self.host_rx_delay_ns);
+            f.set_host_tx_delay(h, self.host_tx_delay_ns);
         }
         f.set_switch_buffer_limits(self.switch_buffer_bytes);
         f.set_ecmp(if self.spray { Ecmp::Spray } else { Ecmp::Flow });
@@ -214,11 +225,12 @@ impl Topology {
 
     /// The path from `a` to `b` (its class: same switch or through the core).
     pub fn path(&self, a: HostId, b: HostId) -> Path {
-        let (h, l, s, d) = (
+        let (h, l, s, d, tx) = (
             self.host_link_bps,
             self.link_latency_ns,
             self.switch_latency_ns,
-            self.host_delay_ns,
+            self.host_rx_delay_ns,
+            self.host_tx_delay_ns,
         );
         let hop = |rate_bps, node_delay_ns, sprayed| Hop {
             rate_bps,
@@ -226,19 +238,25 @@ impl Topology {
             node_delay_ns,
             sprayed,
         };
+        // The sender's delay follows its NIC's serialization like the
+        // propagation of its uplink.
+        let first = |rate_bps, node_delay_ns| Hop {
+            latency_ns: l + tx,
+            ..hop(rate_bps, node_delay_ns, false)
+        };
         let hops = match self.shape {
             Shape::TwoLevel {
                 uplink_bps, aggs, ..
             } if self.crosses_core(a, b) => {
                 let sprayed = self.spray && aggs > 1;
                 vec![
-                    hop(h, s, false),
+                    first(h, s),
                     hop(uplink_bps, s, sprayed),
                     hop(uplink_bps, s, sprayed),
                     hop(h, d, false),
                 ]
             }
-            _ => vec![hop(h, s, false), hop(h, d, false)],
+            _ => vec![first(h, s), hop(h, d, false)],
         };
         Path { hops }
     }
@@ -384,8 +402,8 @@ mod tests {
         // 100-byte message: one datagram of 156 bytes, 222 on the wire.
         let expect = tx_time(222, 10_000_000_000) * 2
             + tx_time(222, 40_000_000_000) * 2
-            + 4 * 100
             + 3 * 250
+            + 1000
             + 500;
         assert_eq!(t.best_case_ns(&p, 100, 1472), expect);
         assert_eq!(t.one_way_ns(&p, 156), expect);
@@ -402,12 +420,12 @@ mod tests {
         assert_eq!(pkt, 1231);
         assert_eq!(
             t.best_case_ns(&p, size, 1472),
-            10 * pkt + 100 + 250 + pkt + 100 + 500
+            10 * pkt + 1000 + 250 + pkt + 500
         );
         // A short last packet waits behind its predecessor on the second link.
         let b = t.best_case_ns(&p, size + 1, 1472);
         let last = tx_time(1 + 56 + 66, 10_000_000_000);
-        assert_eq!(b, 10 * pkt + 100 + 250 + pkt + last + 100 + 500);
+        assert_eq!(b, 10 * pkt + 1000 + 250 + pkt + last + 500);
     }
 
     #[test]

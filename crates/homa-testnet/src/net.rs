@@ -259,6 +259,7 @@ const _: () = assert!(std::mem::offset_of!(Port, prio) == 128);
 struct HostNode {
     nic: u32,
     rx_delay_ns: u64,
+    tx_delay_ns: u64,
     up: bool,
 }
 
@@ -411,6 +412,7 @@ impl Fabric {
         self.hosts.push(HostNode {
             nic: NONE,
             rx_delay_ns: 0,
+            tx_delay_ns: 0,
             up: true,
         });
         self.hosts.len() - 1
@@ -421,8 +423,30 @@ impl Fabric {
         self.hosts[h].rx_delay_ns = ns;
         for p in &mut self.ports {
             if p.info.to == Node::Host(h) {
-                p.arrive_delay = p.info.latency_ns + ns;
+                let tx = match p.info.from {
+                    Node::Host(f) => self.hosts[f].tx_delay_ns,
+                    Node::Switch(_) => 0,
+                };
+                p.arrive_delay = p.info.latency_ns + ns + tx;
             }
+        }
+    }
+
+    /// Fixed delay added to every packet a host sends, between the end of its
+    /// serialization on the NIC and its arrival at the next node: the host's
+    /// transmit software path and NIC latency, which delay a packet without
+    /// occupying the link (HomaSimulation's output hook and NIC think time).
+    pub fn set_host_tx_delay(&mut self, h: HostId, ns: u64) {
+        self.hosts[h].tx_delay_ns = ns;
+        let nic = self.hosts[h].nic;
+        if nic != NONE {
+            let p = &self.ports[nic as usize];
+            let node_delay = match p.info.to {
+                Node::Switch(s) => self.switches[s].fwd_latency_ns,
+                Node::Host(t) => self.hosts[t].rx_delay_ns,
+            };
+            let delay = p.info.latency_ns + node_delay + ns;
+            self.ports[nic as usize].arrive_delay = delay;
         }
     }
 
@@ -455,6 +479,9 @@ impl Fabric {
         let node_delay = match to {
             Node::Switch(s) => self.switches[s].fwd_latency_ns,
             Node::Host(h) => self.hosts[h].rx_delay_ns,
+        } + match from {
+            Node::Host(h) => self.hosts[h].tx_delay_ns,
+            Node::Switch(_) => 0,
         };
         self.ports.push(Port {
             in_service: NONE,

@@ -282,9 +282,13 @@ pub struct NetworkProfile {
     /// workload-agnostic decade cutoffs.
     pub message_sizes: Option<MessageSizes>,
     /// How many full packets the driver may let the NIC queue hold when the
-    /// pacer releases one: 1 for a driver that is called at every packet
-    /// time (a simulator); more for one that is woken late or hands the NIC
-    /// batches (a user-space thread on a shared machine: 2).
+    /// pacer releases one: 0 for a driver that is called exactly when the
+    /// NIC finishes a packet and models a NIC fed one packet at a time (the
+    /// paper's simulator: the next packet is chosen when the previous one
+    /// has left, so a new short message waits for at most one packet);
+    /// 1 for a driver called at every packet time; more for one that is
+    /// woken late or hands the NIC batches (a user-space thread on a shared
+    /// machine: 2).
     pub nic_queue_packets: u32,
     /// Experiment override of the unscheduled bytes per message (`None`:
     /// derived, one RTT of whole packets).
@@ -383,7 +387,8 @@ impl Config {
     ///   finally given ([`Self::effective_resend_interval_ns`] and
     ///   neighbours);
     /// * `max_nic_queue_ns` = `nic_queue_packets` full packets' wire time
-    ///   (`None`, which the engine reads as one packet, for 1);
+    ///   (`None`, which the engine reads as one packet, for 1; 0 for 0:
+    ///   DATA only into an idle NIC);
     /// * levels, unscheduled levels and cutoffs from the message sizes
     ///   ([`PriorityPlan`]), or the decade cutoffs over half the levels
     ///   without them; `cutoff_version` moves on when the announced cutoffs
@@ -418,8 +423,10 @@ impl Config {
         c.tombstone_ns = None;
         let packet_ns = c.wire_time_ns(c.max_packet_size);
         // `None` already means one full packet's wire time.
-        c.max_nic_queue_ns = (network.nic_queue_packets > 1)
-            .then(|| packet_ns.saturating_mul(network.nic_queue_packets as u64));
+        c.max_nic_queue_ns = match network.nic_queue_packets {
+            1 => None,
+            n => Some(packet_ns.saturating_mul(n as u64)),
+        };
         match network.priority_plan() {
             Some(plan) => plan.apply(c),
             None => {

@@ -253,8 +253,12 @@ impl SimSpec {
 
     /// What the hosts' engines are told about the simulated network: the
     /// host link, the unloaded RTT of a full packet across the fabric, the
-    /// workload's sizes and the variant's levels and overrides. One packet
-    /// of NIC queue: the simulator calls the engine at every packet time.
+    /// workload's sizes and the variant's levels and overrides. No NIC
+    /// queue beyond the packet being sent: the simulator calls the engine
+    /// when the NIC finishes a packet, and the paper's simulator
+    /// (HomaSimulation's `SendController`) picks each DATA packet only once
+    /// the previous one has left, so that a new short message waits for at
+    /// most the packet in service.
     pub fn network_profile(&self) -> NetworkProfile {
         let t = &self.topology;
         NetworkProfile {
@@ -265,7 +269,7 @@ impl SimSpec {
             max_message_length: self.workload.max_len().max(1),
             priority_levels: self.levels(),
             message_sizes: Some(crate::priorities::message_sizes(&self.workload)),
-            nic_queue_packets: 1,
+            nic_queue_packets: 0,
             unsched_bytes: self.unsched_bytes,
             unsched_priorities: self.unsched_levels,
         }

@@ -4,6 +4,7 @@
 //! every formula is explained in `docs/protocol.md` §8.
 
 use crate::priorities::{MessageSizes, PriorityPlan};
+use crate::window::WindowParams;
 use crate::wire::{DATA_PACKET_OVERHEAD, MAX_PRIORITIES};
 use thiserror::Error;
 
@@ -152,6 +153,54 @@ pub struct Config {
     /// restarts of an endpoint at the same address, so drivers pass something
     /// that differs per incarnation (time, random).
     pub rpc_id_seed: u64,
+    /// Where each peer's unscheduled bytes and grant window come from: the
+    /// static `unsched_bytes` and `grant_window`, or each peer's measured
+    /// RTT (seed 003; `docs/congestion.md`). Static by default until the
+    /// adaptive policy is measured against it.
+    pub window_policy: WindowPolicy,
+    /// Measure each peer's RTT (windowed minimum, latest, smoothed) and
+    /// detect congestion even under [`WindowPolicy::Static`], for
+    /// [`crate::Endpoint::peer_rtt`] and the metrics. Adaptive windows
+    /// measure anyway. Off by default: it touches one more cache line per
+    /// packet that carries an echo.
+    pub measure_rtt: bool,
+    /// Length (ns) of the sliding window over which a peer's `rtt_min` is
+    /// the smallest sample, so that a route change is followed within one
+    /// to two windows. Long against a congestion episode (the minimum must
+    /// outlive one, or congestion would become the new normal) and short
+    /// against route changes: BBR's 10 s.
+    pub rtt_min_window_ns: u64,
+    /// A peer is congested while its latest RTT sample exceeds this many
+    /// times its `rtt_min` (seed 003's `rtt_high = 8 × rtt_min`).
+    pub rtt_high_factor: u32,
+    /// Under [`WindowPolicy::Adaptive`], a peer's grant window is this many
+    /// of its `rtt_min` at `link_bps` (seed 003's `rtt_grant = 3 × rtt_min`).
+    pub rtt_grant_factor: u32,
+    /// Under [`WindowPolicy::Adaptive`], a sender halves a peer's
+    /// unscheduled window when, over its last RTT, the unscheduled bytes of
+    /// the messages it started to that peer were less than this per-mille
+    /// of their length while a message to it waited for grants (seed 003:
+    /// 40%).
+    pub unsched_ratio_permille: u32,
+}
+
+/// Where the windows a peer gets come from (`docs/congestion.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WindowPolicy {
+    /// Every peer gets `unsched_bytes` and `grant_window` (derived from the
+    /// configured `rtt_ns`), as the Linux module does.
+    #[default]
+    Static,
+    /// Seed 003's per-peer windows from each peer's measured RTT: the grant
+    /// window is `rtt_grant_factor × rtt_min` of bytes at `link_bps`, and
+    /// `max_incoming` (when unset) `max_overcommit` of the largest window
+    /// being granted; the unscheduled window starts at the peer's
+    /// bandwidth-delay product (`rtt_min` at `link_bps`), is halved (at most
+    /// once per smoothed RTT) when the peer is congested or its unscheduled
+    /// ratio is low while messages wait for grants, and otherwise grows by a
+    /// packet per smoothed RTT up to that product. Until a peer has a
+    /// sample, it gets the static values.
+    Adaptive,
 }
 
 /// Which incoming messages a receiver grants to (`docs/protocol.md` §4.3).
@@ -248,6 +297,12 @@ impl Default for Config {
             pad_v4: PadWindow::default(),
             pad_v6: PadWindow::default(),
             rpc_id_seed: 1,
+            window_policy: WindowPolicy::Static,
+            measure_rtt: false,
+            rtt_min_window_ns: 10_000_000_000,
+            rtt_high_factor: 8,
+            rtt_grant_factor: 3,
+            unsched_ratio_permille: 400,
         }
     }
 }
@@ -620,8 +675,19 @@ impl Config {
         if self.boost_tail_bytes.is_some_and(|b| b > i32::MAX as u32) {
             return bad("boost_tail_bytes must be below 2^31 (0 turns it off)".into());
         }
-        if self.grant_fifo_permille > 1000 || self.pacer_fifo_permille > 1000 {
-            return bad("fifo fractions are per-mille (0..=1000)".into());
+        if self.rtt_high_factor == 0 || self.rtt_grant_factor == 0 {
+            return bad("rtt_high_factor and rtt_grant_factor must be at least 1".into());
+        }
+        if self.rtt_min_window_ns == 0 {
+            return bad("rtt_min_window_ns must be positive".into());
+        }
+        if self.grant_fifo_permille > 1000
+            || self.pacer_fifo_permille > 1000
+            || self.unsched_ratio_permille > 1000
+        {
+            return bad(
+                "fifo fractions and unsched_ratio_permille are per-mille (0..=1000)".into(),
+            );
         }
         if self.effective_resend_interval_ns() == 0
             || self.effective_rpc_timeout_ns() < self.effective_resend_interval_ns()
@@ -650,6 +716,7 @@ impl Config {
             ("peer_idle_ns", self.peer_idle_ns),
             ("rtt_ns", self.rtt_ns),
             ("max_nic_queue_ns", self.max_nic_queue_ns.unwrap_or(0)),
+            ("rtt_min_window_ns", self.rtt_min_window_ns),
         ] {
             if v > DAY_NS {
                 return bad(format!("{name} {v} is over a day"));
@@ -686,11 +753,17 @@ pub(crate) struct Derived {
     data_per_packet: u32,
     unsched_bytes: u32,
     top_priority: u8,
+    /// `Config::measure_rtt`, or adaptive windows.
+    measure_rtt: bool,
+    /// `Config::window_policy` is adaptive.
+    adaptive: bool,
     keepalive_ns: u64,
     resend_interval_ns: u64,
     rpc_timeout_ns: u64,
     tombstone_ns: u64,
     cutoffs: [u32; MAX_PRIORITIES],
+    /// What adaptive windows are computed from.
+    windows: WindowParams,
 }
 
 impl Derived {
@@ -699,13 +772,34 @@ impl Derived {
             data_per_packet: config.max_data_per_packet() as u32,
             unsched_bytes: config.effective_unsched_bytes(),
             top_priority: config.priority_levels - 1,
+            measure_rtt: config.measure_rtt || config.window_policy == WindowPolicy::Adaptive,
+            adaptive: config.window_policy == WindowPolicy::Adaptive,
             keepalive_ns: (config.effective_rpc_timeout_ns() / 4)
                 .max(config.effective_resend_interval_ns()),
             resend_interval_ns: config.effective_resend_interval_ns(),
             rpc_timeout_ns: config.effective_rpc_timeout_ns(),
             tombstone_ns: config.effective_tombstone_ns(),
             cutoffs: config.cutoff_table(),
+            windows: WindowParams::new(config),
         }
+    }
+
+    /// Whether the endpoint measures its peers' RTT.
+    #[inline(always)]
+    pub fn measure_rtt(&self) -> bool {
+        self.measure_rtt
+    }
+
+    /// Whether windows are per peer ([`WindowPolicy::Adaptive`]).
+    #[inline(always)]
+    pub fn adaptive(&self) -> bool {
+        self.adaptive
+    }
+
+    /// What adaptive windows are computed from.
+    #[inline]
+    pub fn windows(&self) -> &WindowParams {
+        &self.windows
     }
 
     /// Payload bytes of a full DATA packet (`Config::max_data_per_packet`).

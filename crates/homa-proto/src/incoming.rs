@@ -206,9 +206,12 @@ impl Endpoint {
         }
         if let Some(increment) = self.grants.every_message() {
             // BasicTransport's rule: this message alone, O(1).
-            if let Some(target) =
-                self.grants
-                    .every_message_grant(increment, inc.bytes_received, inc.granted, inc.len)
+            let (received, granted, len) = (inc.bytes_received, inc.granted, inc.len);
+            let pk = rpc.peer_key;
+            let window = self.grant_window_of(pk);
+            if let Some(target) = self
+                .grants
+                .every_message_grant(window, increment, received, granted, len)
             {
                 self.raise_grant(key, target, 0);
             }
@@ -272,8 +275,12 @@ impl Endpoint {
         }
         let pk = pk.unwrap();
         let peer = &mut self.peers[pk];
-        if peer.echo_time == 0 {
-            peer.observe(now, c.send_time, c.echo_time);
+        if !peer.has_echo() {
+            // A new peer (a known one was observed in `packet_peer`).
+            let sample = peer.observe(now, c.send_time, c.echo_time);
+            if let Some(rtt) = sample.filter(|_| self.derived.measure_rtt()) {
+                self.rtt_sample(now, pk, rtt);
+            }
         }
         let key = self.insert_rpc(now, false, c.rpc_id, from, pk, RpcState::ServerReceiving);
         let sk = ServerKey {
@@ -439,6 +446,14 @@ impl Endpoint {
         let k = self.config.max_overcommit;
         let top = self.grants.take_top(k);
         let n = top.len();
+        if self.derived.adaptive() {
+            let widest = top
+                .iter()
+                .map(|&key| self.grant_window_of(self.rpcs[key].peer_key))
+                .max()
+                .unwrap_or(0);
+            self.grants.cap_for_window(widest);
+        }
         let competing = self.grants.grantable() > k;
         for (rank, &key) in top.iter().enumerate() {
             let level = self.grants.level(rank, n);
@@ -474,6 +489,11 @@ impl Endpoint {
     /// Changes nothing when it returns 0 (see `update_grants`).
     fn grant_one(&mut self, key: RpcKey, priority: u8, fifo: bool) -> u32 {
         let dpp = self.derived.data_per_packet();
+        let window = if self.derived.adaptive() {
+            self.grant_window_of(self.rpcs[key].peer_key)
+        } else {
+            self.grants.window()
+        };
         let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         let inc = rpc.inc.as_mut().unwrap();
@@ -484,7 +504,7 @@ impl Endpoint {
         };
         let Some(target) = self
             .grants
-            .next_grant(base, inc.granted, inc.len, dpp, fifo)
+            .next_grant(window, base, inc.granted, inc.len, dpp, fifo)
         else {
             return 0;
         };

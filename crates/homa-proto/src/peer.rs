@@ -1,7 +1,9 @@
 //! What an endpoint remembers about each peer it talks to.
 
+use crate::rtt::RttEstimator;
 use crate::table::{LinearTable, Slot};
 use crate::time::Time;
+use crate::window::UnschedWindow;
 use crate::wire::MAX_PRIORITIES;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
@@ -17,8 +19,13 @@ pub(crate) type PeerKey = u32;
 /// in [`PeerInfo`].
 #[repr(C, align(64))]
 pub(crate) struct Peer {
-    /// The latest `send_time` received from the peer, echoed back to it.
-    pub echo_time: u64,
+    /// The latest `send_time` received from the peer minus our clock when
+    /// it arrived (wrapping; 0: none yet), so that the echo we send at time
+    /// `t` is that `send_time` advanced by how long we held it,
+    /// `echo_base + t` ([`Self::echo`]): the peer's sample then leaves our
+    /// hold time out (`docs/wire-format.md`, *Timestamps*). One word, as the
+    /// raw `send_time` was: no room in this line for a receive time.
+    echo_base: u64,
     /// Last time the peer had an RPC or sent us a packet.
     pub last_active: Time,
     /// Completed client RPCs whose server state the peer may drop.
@@ -29,7 +36,9 @@ pub(crate) struct Peer {
     pub server_rpcs: u32,
     /// Tombstones of server RPCs from this peer (they pin the peer's key).
     pub tombstones: u32,
-    /// Smallest round-trip time measured from echoed timestamps, in ns,
+    /// Smallest round-trip time measured from echoed timestamps since the
+    /// peer was added (the windowed estimator, kept only when measuring, is
+    /// in [`PeerPath`]), in ns,
     /// saturating below `u32::MAX` (`u32::MAX`: none yet). 32 bits leave room
     /// in this line for the cutoff summary below.
     rtt_min: u32,
@@ -70,13 +79,32 @@ pub(crate) struct PeerInfo {
     pub cutoffs_sent_at: Option<Time>,
 }
 
+/// What the endpoint measures of the network path to a peer and the
+/// windows it derives from that (`docs/congestion.md`). A table parallel to
+/// the peers', not a part of [`Peer`] (whose one cache line is full and
+/// read on every packet) nor of [`PeerInfo`] (read on every packet too,
+/// for the address check): updated only when the endpoint measures RTT
+/// (`Config::measure_rtt` or adaptive windows), so that an endpoint that
+/// does not pays nothing for it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PeerPath {
+    /// The peer's RTT.
+    pub rtt: RttEstimator,
+    /// Adaptive windows: the grant window of the peer's messages (0: none
+    /// computed yet, the static one applies), recomputed when `rtt_min`
+    /// changes rather than at every grant...
+    pub grant_window: u32,
+    /// ...and the unscheduled bytes of our messages to it.
+    pub unsched: UnschedWindow,
+}
+
 impl Peer {
     /// Version 0 means "not heard yet", so the peer's first DATA from us
     /// triggers a CUTOFFS reply.
     fn new(now: Time, cutoffs: &[u32; MAX_PRIORITIES], cutoff_set: u8) -> Peer {
         let (top_level, top_cutoff) = top_cutoff(cutoffs);
         Peer {
-            echo_time: 0,
+            echo_base: 0,
             last_active: now,
             rtt_min: u32::MAX,
             pending_acks: Vec::new(),
@@ -99,13 +127,41 @@ impl Peer {
         self.rpcs == 0 && self.tombstones == 0
     }
 
-    /// Records a packet's timestamps.
-    pub fn observe(&mut self, now: Time, send_time: u64, echo_time: u64) {
-        self.echo_time = send_time;
+    /// Records a packet's timestamps; returns the RTT sample (ns,
+    /// saturating below `u32::MAX`) its echo gives, if any.
+    #[inline]
+    pub fn observe(&mut self, now: Time, send_time: u64, echo_time: u64) -> Option<u32> {
+        if send_time != 0 {
+            // A base of 0 would read as "none": the echo comes out 1 ns
+            // early instead (only when the peer's clock equals ours).
+            self.echo_base = match send_time.wrapping_sub(now) {
+                0 => u64::MAX,
+                b => b,
+            };
+        }
         self.last_active = now;
         if echo_time != 0 && echo_time <= now {
             let rtt = (now - echo_time).min(u32::MAX as u64 - 1) as u32;
             self.rtt_min = self.rtt_min.min(rtt);
+            return Some(rtt);
+        }
+        None
+    }
+
+    /// Whether the peer has sent us a timestamp to echo.
+    #[inline]
+    pub fn has_echo(&self) -> bool {
+        self.echo_base != 0
+    }
+
+    /// The `echo_time` for a packet to the peer built at `now`: the latest
+    /// `send_time` it sent us, plus the time since it arrived; 0 if none.
+    #[inline]
+    pub fn echo(&self, now: Time) -> u64 {
+        if self.echo_base == 0 {
+            0
+        } else {
+            self.echo_base.wrapping_add(now).max(1)
         }
     }
 }
@@ -215,6 +271,8 @@ pub(crate) struct Peers {
     slots: Vec<Option<Peer>>,
     /// `info[k]` belongs to `slots[k]` (stale while the slot is free).
     info: Vec<PeerInfo>,
+    /// `paths[k]` belongs to `slots[k]` likewise.
+    paths: Vec<PeerPath>,
     free: Vec<PeerKey>,
     index: LinearTable<AddrSlot>,
     /// Distinct cutoff arrays peers use (see [`Peer::cutoff_set`]); never
@@ -272,11 +330,13 @@ impl Peers {
             Some(k) => {
                 self.slots[k as usize] = Some(peer);
                 self.info[k as usize] = info;
+                self.paths[k as usize] = PeerPath::default();
                 k
             }
             None => {
                 self.slots.push(Some(peer));
                 self.info.push(info);
+                self.paths.push(PeerPath::default());
                 (self.slots.len() - 1) as PeerKey
             }
         };
@@ -346,6 +406,19 @@ impl Peers {
     pub fn info_mut(&mut self, key: PeerKey) -> &mut PeerInfo {
         debug_assert!(self.slots[key as usize].is_some());
         &mut self.info[key as usize]
+    }
+
+    /// What is measured of the path to live peer `key`.
+    #[inline]
+    pub fn path(&self, key: PeerKey) -> &PeerPath {
+        debug_assert!(self.slots[key as usize].is_some());
+        &self.paths[key as usize]
+    }
+
+    #[inline]
+    pub fn path_mut(&mut self, key: PeerKey) -> &mut PeerPath {
+        debug_assert!(self.slots[key as usize].is_some());
+        &mut self.paths[key as usize]
     }
 
     /// Live peers in key order (deterministic).
@@ -504,19 +577,43 @@ mod rtt_tests {
     fn rtt_min_tracks_the_smallest_echoed_round_trip() {
         let mut p = Peer::new(0, &[0; MAX_PRIORITIES], NO_SET);
         assert_eq!(p.rtt_min(), None);
-        p.observe(100, 5, 0); // no echo: no sample
-        assert_eq!((p.rtt_min(), p.echo_time), (None, 5));
-        p.observe(100, 6, 70);
+        assert_eq!(p.observe(100, 5, 0), None); // no echo: no sample
+        assert_eq!((p.rtt_min(), p.echo(100)), (None, 5));
+        assert_eq!(p.observe(100, 6, 70), Some(30));
         p.observe(200, 7, 180);
         p.observe(300, 8, 200);
         assert_eq!(p.rtt_min(), Some(20));
-        p.observe(300, 9, 300); // a zero round trip counts
+        assert_eq!(p.observe(300, 9, 300), Some(0)); // a zero round trip counts
         assert_eq!(p.rtt_min(), Some(0));
-        p.observe(300, 9, 400); // an echo from the future does not
+        assert_eq!(p.observe(300, 9, 400), None); // an echo from the future does not
         assert_eq!(p.rtt_min(), Some(0));
         // A sample beyond 32 bits of ns saturates (and is still a sample).
         let mut p = Peer::new(0, &[0; MAX_PRIORITIES], NO_SET);
         p.observe(1 << 40, 5, 1);
         assert_eq!(p.rtt_min(), Some(u32::MAX as u64 - 1));
+    }
+
+    /// The echo is the peer's latest `send_time` advanced by the time we
+    /// held it, whatever the two clocks' epochs.
+    #[test]
+    fn the_echo_leaves_out_the_hold_time() {
+        let mut p = Peer::new(0, &[0; MAX_PRIORITIES], NO_SET);
+        assert!(!p.has_echo());
+        assert_eq!(p.echo(1_000), 0);
+        // The peer's clock is far ahead of ours.
+        p.observe(1_000, 5_000_000, 0);
+        assert!(p.has_echo());
+        assert_eq!(p.echo(1_000), 5_000_000);
+        assert_eq!(p.echo(31_000), 5_030_000);
+        // ...or behind it.
+        p.observe(9_000_000, 7, 0);
+        assert_eq!(p.echo(9_000_100), 107);
+        // Equal clocks: 1 ns early rather than "none".
+        p.observe(500, 500, 0);
+        assert!(p.has_echo());
+        assert_eq!(p.echo(600), 599);
+        // A send_time of 0 (no timestamp) leaves the echo alone.
+        p.observe(700, 0, 0);
+        assert_eq!(p.echo(600), 599);
     }
 }

@@ -405,7 +405,12 @@ impl Endpoint {
         }
         let params = self.derived.windows();
         if o.min_changed {
-            path.grant_window = params.grant_window(path.rtt.min());
+            let w = params.grant_window(path.rtt.min());
+            if w != path.grant_window {
+                path.grant_window = w;
+                // A grant pass may now grant more, or less.
+                self.grants.unsettle();
+            }
         }
         if let Some(WindowChange::CutCongested | WindowChange::CutRatio) =
             path.unsched.update(now, &path.rtt, params)

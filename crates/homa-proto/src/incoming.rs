@@ -598,7 +598,31 @@ mod tests {
     /// RPCs and abandoned requests.
     #[test]
     fn a_settled_grant_pass_grants_nothing() {
+        settled_passes_grant_nothing(base_config(), false);
+    }
+
+    /// The same with adaptive windows, whose grant windows and cap change
+    /// with each peer's RTT samples, on a network whose delay jumps (so
+    /// that windows move and peers become congested), with the cap fixed
+    /// and derived from the windows.
+    #[test]
+    fn a_settled_grant_pass_grants_nothing_with_adaptive_windows() {
         let config = Config {
+            window_policy: crate::config::WindowPolicy::Adaptive,
+            ..base_config()
+        };
+        settled_passes_grant_nothing(config.clone(), true);
+        settled_passes_grant_nothing(
+            Config {
+                max_incoming: None,
+                ..config
+            },
+            true,
+        );
+    }
+
+    fn base_config() -> Config {
+        Config {
             link_bps: 10_000_000_000,
             rtt_ns: 8_000,
             max_overcommit: 2,
@@ -607,7 +631,12 @@ mod tests {
             resend_interval_ns: Some(50_000),
             checksum: false,
             ..Config::default()
-        };
+        }
+    }
+
+    /// Random traffic among four endpoints (see above); with `jitter`, one
+    /// packet in eight takes 20 µs longer than the usual 2 µs.
+    fn settled_passes_grant_nothing(config: Config, jitter: bool) {
         let n = 4;
         let addrs: Vec<SocketAddr> = (0..n)
             .map(|i| SocketAddr::from(([10, 0, 0, i as u8 + 1], 4000)))
@@ -701,7 +730,12 @@ mod tests {
                     seq += 1;
                     let dst = addrs.iter().position(|a| *a == t.dest).unwrap();
                     if next() % 50 != 0 {
-                        flight.insert((now + 2_000, seq), (dst, h, buf[..t.len].to_vec()));
+                        let delay = if jitter && next() % 8 == 0 {
+                            22_000
+                        } else {
+                            2_000
+                        };
+                        flight.insert((now + delay, seq), (dst, h, buf[..t.len].to_vec()));
                     }
                 }
                 check(&mut eps[h], now, &mut checks);
@@ -714,5 +748,10 @@ mod tests {
             "{granted} {delivered} {cancels}"
         );
         assert!(checks > 10_000, "{checks}");
+        if config.window_policy == crate::config::WindowPolicy::Adaptive {
+            let onsets: u64 = eps.iter().map(|e| e.metrics.congestion_onsets).sum();
+            let cuts: u64 = eps.iter().map(|e| e.metrics.unsched_window_cuts).sum();
+            assert!(onsets > 10 && cuts > 10, "{onsets} {cuts}");
+        }
     }
 }

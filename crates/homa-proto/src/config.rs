@@ -4,6 +4,7 @@
 //! every formula is explained in `docs/protocol.md` §8.
 
 use crate::priorities::{MessageSizes, PriorityPlan};
+use crate::rtt::Threshold;
 use crate::window::WindowParams;
 use crate::wire::{DATA_PACKET_OVERHEAD, MAX_PRIORITIES};
 use thiserror::Error;
@@ -171,8 +172,12 @@ pub struct Config {
     /// against route changes: BBR's 10 s.
     pub rtt_min_window_ns: u64,
     /// A peer is congested while its latest RTT sample exceeds this many
-    /// times its `rtt_min` (seed 003's `rtt_high = 8 × rtt_min`).
+    /// times its `rtt_min` (seed 003's `rtt_high = 8 × rtt_min`), under
+    /// [`CongestionSignal::Latest`].
     pub rtt_high_factor: u32,
+    /// Which RTT says a peer is congested: the latest sample (seed 003's
+    /// rule, the default) or the smoothed one (its proposed refinement).
+    pub congestion_signal: CongestionSignal,
     /// Under [`WindowPolicy::Adaptive`], a peer's grant window is this many
     /// of its `rtt_min` at `link_bps` (seed 003's `rtt_grant = 3 × rtt_min`).
     pub rtt_grant_factor: u32,
@@ -182,6 +187,24 @@ pub struct Config {
     /// of their length while a message to it waited for grants (seed 003:
     /// 40%).
     pub unsched_ratio_permille: u32,
+}
+
+/// Which RTT value signals congestion (`docs/congestion.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CongestionSignal {
+    /// The latest sample above `rtt_high_factor` × `rtt_min` (seed 003):
+    /// seen at the first late packet, and gone at the first prompt one.
+    #[default]
+    Latest,
+    /// The smoothed RTT (RFC 6298's SRTT, which moves an eighth of the way
+    /// to each sample) above `factor` × `rtt_min`: seed 003's proposed
+    /// "deviation of the average RTT from rtt_mid = 3 × rtt_min". Not
+    /// fooled by one delayed packet; sees a sustained rise a few samples
+    /// later.
+    Smoothed {
+        /// Seed 003 proposes 3.
+        factor: u32,
+    },
 }
 
 /// Where the windows a peer gets come from (`docs/congestion.md`).
@@ -301,6 +324,7 @@ impl Default for Config {
             measure_rtt: false,
             rtt_min_window_ns: 10_000_000_000,
             rtt_high_factor: 8,
+            congestion_signal: CongestionSignal::Latest,
             rtt_grant_factor: 3,
             unsched_ratio_permille: 400,
         }
@@ -675,8 +699,14 @@ impl Config {
         if self.boost_tail_bytes.is_some_and(|b| b > i32::MAX as u32) {
             return bad("boost_tail_bytes must be below 2^31 (0 turns it off)".into());
         }
-        if self.rtt_high_factor == 0 || self.rtt_grant_factor == 0 {
-            return bad("rtt_high_factor and rtt_grant_factor must be at least 1".into());
+        if self.rtt_high_factor == 0
+            || self.rtt_grant_factor == 0
+            || self.congestion_signal == (CongestionSignal::Smoothed { factor: 0 })
+        {
+            return bad(
+                "rtt_high_factor, rtt_grant_factor and a smoothed congestion factor must be at least 1"
+                    .into(),
+            );
         }
         if self.rtt_min_window_ns == 0 {
             return bad("rtt_min_window_ns must be positive".into());
@@ -762,6 +792,8 @@ pub(crate) struct Derived {
     rpc_timeout_ns: u64,
     tombstone_ns: u64,
     cutoffs: [u32; MAX_PRIORITIES],
+    /// When a peer is congested (`Config::congestion_signal`).
+    congestion: Threshold,
     /// What adaptive windows are computed from.
     windows: WindowParams,
 }
@@ -780,8 +812,15 @@ impl Derived {
             rpc_timeout_ns: config.effective_rpc_timeout_ns(),
             tombstone_ns: config.effective_tombstone_ns(),
             cutoffs: config.cutoff_table(),
+            congestion: Threshold::new(config),
             windows: WindowParams::new(config),
         }
+    }
+
+    /// When a peer is congested.
+    #[inline]
+    pub fn congestion(&self) -> Threshold {
+        self.congestion
     }
 
     /// Whether the endpoint measures its peers' RTT.

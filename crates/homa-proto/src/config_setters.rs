@@ -4,7 +4,7 @@
 //! public to read. Kept apart from `config.rs` so that new fields there and
 //! their setters here merge independently.
 
-use crate::config::{Config, GrantPolicy, PadWindow, WindowPolicy};
+use crate::config::{Config, CongestionSignal, GrantPolicy, PadWindow, WindowPolicy};
 use crate::wire::MAX_PRIORITIES;
 
 /// Generates `with_<field>` setters whose doc ends in "Default: `<expr>`.",
@@ -156,6 +156,9 @@ setters! {
     plain with_rtt_min_window_ns(rtt_min_window_ns: u64) = 10_000_000_000;
     /// A peer is congested while its latest RTT exceeds this × `rtt_min`.
     plain with_rtt_high_factor(rtt_high_factor: u32) = 8;
+    /// Which RTT signals congestion: the latest sample (seed 003) or the
+    /// smoothed one against its own factor (seed 003's proposal: 3).
+    plain with_congestion_signal(congestion_signal: CongestionSignal) = CongestionSignal::Latest;
     /// Adaptive grant window: this × `rtt_min` of bytes at `link_bps`.
     plain with_rtt_grant_factor(rtt_grant_factor: u32) = 3;
     /// Adaptive unscheduled window: halved when the unscheduled share of

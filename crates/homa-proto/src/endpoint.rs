@@ -394,9 +394,10 @@ impl Endpoint {
     /// peer's windows.
     pub(crate) fn rtt_sample(&mut self, now: Time, pk: PeerKey, rtt: u32) {
         self.metrics.rtt_samples += 1;
-        let (window, factor) = (self.config.rtt_min_window_ns, self.config.rtt_high_factor);
+        let window = self.config.rtt_min_window_ns;
+        let threshold = self.derived.congestion();
         let path = self.peers.path_mut(pk);
-        let o = path.rtt.sample(now, rtt, window, factor);
+        let o = path.rtt.sample(now, rtt, window, threshold);
         if o.onset {
             self.metrics.congestion_onsets += 1;
         }

@@ -80,7 +80,9 @@ mod waiters;
 mod window;
 pub mod wire;
 
-pub use config::{Config, ConfigError, GrantPolicy, NetworkProfile, PadWindow, WindowPolicy};
+pub use config::{
+    Config, ConfigError, CongestionSignal, GrantPolicy, NetworkProfile, PadWindow, WindowPolicy,
+};
 pub use endpoint::{
     splitmix64, Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Transmit,
 };

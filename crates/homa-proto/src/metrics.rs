@@ -125,8 +125,9 @@ pub struct Metrics {
     /// RTT samples taken (only while measuring: `Config::measure_rtt` or
     /// adaptive windows).
     pub rtt_samples: u64,
-    /// Times a peer became congested (its latest RTT sample went above
-    /// `Config::rtt_high_factor` × its `rtt_min`).
+    /// Times a peer became congested (its latest RTT sample, or its
+    /// smoothed RTT, went above the factor × its `rtt_min`;
+    /// `Config::congestion_signal`).
     pub congestion_onsets: u64,
     /// Adaptive windows: times a peer's unscheduled window was halved.
     pub unsched_window_cuts: u64,

@@ -6,6 +6,7 @@
 //! taken out (the peer advances the echo by it, `docs/wire-format.md`), so
 //! they measure the network and both stacks, not the peer's service time.
 
+use crate::config::{Config, CongestionSignal};
 use crate::time::Time;
 
 /// One entry of the windowed-minimum filter: a sample and when it was taken.
@@ -91,13 +92,37 @@ pub struct PeerRtt {
     pub srtt: u32,
     /// RFC 6298's RTT variation.
     pub rttvar: u32,
-    /// Whether the latest sample exceeds `Config::rtt_high_factor` ×
-    /// `rtt_min`.
+    /// Whether the peer is congested: the latest sample (or, with
+    /// `CongestionSignal::Smoothed`, `srtt`) exceeds the factor × `rtt_min`.
     pub congested: bool,
     /// The grant window this endpoint gives the peer's messages.
     pub grant_window: u32,
     /// The unscheduled bytes of this endpoint's next message to the peer.
     pub unsched_window: u32,
+}
+
+/// When a peer is congested: while the latest sample
+/// ([`CongestionSignal::Latest`]) or the smoothed RTT
+/// ([`CongestionSignal::Smoothed`]) exceeds `factor` × `rtt_min`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Threshold {
+    pub factor: u32,
+    pub smoothed: bool,
+}
+
+impl Threshold {
+    pub fn new(config: &Config) -> Threshold {
+        match config.congestion_signal {
+            CongestionSignal::Latest => Threshold {
+                factor: config.rtt_high_factor,
+                smoothed: false,
+            },
+            CongestionSignal::Smoothed { factor } => Threshold {
+                factor,
+                smoothed: true,
+            },
+        }
+    }
 }
 
 /// What [`RttEstimator::sample`] changed, for the caller's counters.
@@ -125,16 +150,23 @@ pub(crate) struct RttEstimator {
     /// RFC 6298's RTTVAR: 3/4 of the previous value plus 1/4 of the
     /// sample's distance from SRTT.
     rttvar: u32,
-    /// `recent` > `high_factor` × min after the latest sample.
+    /// After the latest sample, `recent` (or `srtt`) > the threshold's
+    /// factor × min.
     congested: bool,
 }
 
 impl RttEstimator {
     /// Takes sample `rtt` (ns) at `now`: the minimum over the last `window`
     /// ns, the smoothed values, and congestion, which holds while the latest
-    /// sample exceeds `high_factor` × the minimum (seed 003's
-    /// `rtt_high = 8 × rtt_min`).
-    pub fn sample(&mut self, now: Time, rtt: u32, window: u64, high_factor: u32) -> SampleOutcome {
+    /// sample (or the smoothed RTT) exceeds `threshold.factor` × the minimum
+    /// (seed 003's `rtt_high = 8 × rtt_min`).
+    pub fn sample(
+        &mut self,
+        now: Time,
+        rtt: u32,
+        window: u64,
+        threshold: Threshold,
+    ) -> SampleOutcome {
         let before = (self.samples > 0).then(|| self.min.get());
         let v = Timed { at: now, rtt };
         if self.samples == 0 {
@@ -149,9 +181,10 @@ impl RttEstimator {
         }
         self.samples = self.samples.saturating_add(1);
         self.recent = rtt;
-        let high = self.min.get() as u64 * high_factor as u64;
+        let high = self.min.get() as u64 * threshold.factor as u64;
+        let signal = if threshold.smoothed { self.srtt } else { rtt };
         let was = self.congested;
-        self.congested = rtt as u64 > high;
+        self.congested = signal as u64 > high;
         SampleOutcome {
             onset: self.congested && !was,
             min_changed: before != Some(self.min.get()),
@@ -194,16 +227,23 @@ mod tests {
     use super::*;
 
     const W: u64 = 1_000_000;
+    const LATEST: Threshold = Threshold {
+        factor: 8,
+        smoothed: false,
+    };
 
     fn feed(e: &mut RttEstimator, samples: &[(Time, u32)]) -> Vec<SampleOutcome> {
-        samples.iter().map(|&(t, r)| e.sample(t, r, W, 8)).collect()
+        samples
+            .iter()
+            .map(|&(t, r)| e.sample(t, r, W, LATEST))
+            .collect()
     }
 
     #[test]
     fn first_sample_sets_everything() {
         let mut e = RttEstimator::default();
         assert_eq!(e.min(), None);
-        let o = e.sample(10, 1000, W, 8);
+        let o = e.sample(10, 1000, W, LATEST);
         assert!(o.min_changed && !o.onset);
         assert_eq!(
             (e.min(), e.recent(), e.srtt(), e.rttvar()),
@@ -238,6 +278,32 @@ mod tests {
         assert!(e.congested());
     }
 
+    /// Seed 003's proposed alternative: the smoothed RTT against 3 ×
+    /// `rtt_min`. One sample 10 × late does not trip it; a sustained rise to
+    /// 5 × does, after a few samples (SRTT moves an eighth of the way each
+    /// time), which the latest-sample rule at 8 × would never see.
+    #[test]
+    fn the_smoothed_signal_ignores_one_late_sample_and_sees_a_rise() {
+        let smoothed = Threshold {
+            factor: 3,
+            smoothed: true,
+        };
+        let mut e = RttEstimator::default();
+        for t in 0..10 {
+            e.sample(t, 1000, W, smoothed);
+        }
+        // 10 × the minimum: congestion for the latest-sample rule (8 ×).
+        e.sample(10, 10_000, W, smoothed);
+        assert!(!e.congested(), "srtt {}", e.srtt());
+        let mut n = 0;
+        while !e.congested() {
+            n += 1;
+            e.sample(10 + n, 5_000, W, smoothed);
+            assert!(n < 20, "srtt {}", e.srtt());
+        }
+        assert!((2..=8).contains(&n), "{n} samples");
+    }
+
     /// The minimum of the window, not of all time: a route change to a
     /// longer path is followed within about a window (and not before the
     /// old minimum is half a window old).
@@ -245,7 +311,7 @@ mod tests {
     fn windowed_min_follows_a_longer_route() {
         let mut e = RttEstimator::default();
         for i in 0..100u64 {
-            e.sample(i * W / 50, 1000 + (i % 3) as u32, W, 8);
+            e.sample(i * W / 50, 1000 + (i % 3) as u32, W, LATEST);
         }
         assert_eq!(e.min(), Some(1000));
         // The route changes at 2 W: every sample is now about 5000.
@@ -253,7 +319,7 @@ mod tests {
         let mut followed_at = None;
         for i in 0..200u64 {
             let t = start + i * W / 50;
-            e.sample(t, 5000 + (i % 7) as u32, W, 8);
+            e.sample(t, 5000 + (i % 7) as u32, W, LATEST);
             if e.min().unwrap() >= 5000 && followed_at.is_none() {
                 followed_at = Some(t - start);
             }
@@ -263,7 +329,7 @@ mod tests {
         assert!(after > W / 2, "the old minimum is kept a while: {after}");
         assert_eq!(e.min(), Some(5000));
         // A shorter path again is taken at once.
-        e.sample(start + 5 * W, 900, W, 8);
+        e.sample(start + 5 * W, 900, W, LATEST);
         assert_eq!(e.min(), Some(900));
     }
 
@@ -285,7 +351,7 @@ mod tests {
         for _ in 0..5000 {
             t += rand() % (W / 20);
             let r = 1000 + (rand() % 5000) as u32;
-            e.sample(t, r, W, 8);
+            e.sample(t, r, W, LATEST);
             all.push((t, r));
             let got = e.min().unwrap();
             assert!(got <= r, "{got} above the latest sample {r}");

@@ -218,7 +218,11 @@ mod tests {
     }
 
     fn sampled(e: &mut RttEstimator, now: Time, rtt: u32) {
-        e.sample(now, rtt, 1_000_000_000, 8);
+        let latest = crate::rtt::Threshold {
+            factor: 8,
+            smoothed: false,
+        };
+        e.sample(now, rtt, 1_000_000_000, latest);
     }
 
     #[test]

@@ -159,6 +159,15 @@ pub struct Config {
     /// RTT (seed 003; `docs/congestion.md`). Static by default until the
     /// adaptive policy is measured against it.
     pub window_policy: WindowPolicy,
+    /// A timestamp received from a peer is echoed back to it (advanced by
+    /// the time held, wire format version 4) for at most this long (ns);
+    /// after that, packets echo nothing until the peer sends a new one. The
+    /// hold is measured on our clock and subtracted from a time on the
+    /// peer's, so the sample is off by the hold times the clocks' rate
+    /// difference: 1 ms at 100 ppm (crystal tolerance, NTP slewing) is
+    /// 100 ns, small against a datacenter RTT; an echo held across an idle
+    /// second could be off by 100 µs.
+    pub max_echo_hold_ns: u64,
     /// Measure each peer's RTT (windowed minimum, latest, smoothed) and
     /// detect congestion even under [`WindowPolicy::Static`], for
     /// [`crate::Endpoint::peer_rtt`] and the metrics. Adaptive windows
@@ -321,6 +330,7 @@ impl Default for Config {
             pad_v6: PadWindow::default(),
             rpc_id_seed: 1,
             window_policy: WindowPolicy::Static,
+            max_echo_hold_ns: 1_000_000,
             measure_rtt: false,
             rtt_min_window_ns: 10_000_000_000,
             rtt_high_factor: 8,
@@ -747,6 +757,7 @@ impl Config {
             ("rtt_ns", self.rtt_ns),
             ("max_nic_queue_ns", self.max_nic_queue_ns.unwrap_or(0)),
             ("rtt_min_window_ns", self.rtt_min_window_ns),
+            ("max_echo_hold_ns", self.max_echo_hold_ns),
         ] {
             if v > DAY_NS {
                 return bad(format!("{name} {v} is over a day"));
@@ -787,6 +798,8 @@ pub(crate) struct Derived {
     measure_rtt: bool,
     /// `Config::window_policy` is adaptive.
     adaptive: bool,
+    /// `Config::max_echo_hold_ns` in echo ticks.
+    echo_hold: u32,
     keepalive_ns: u64,
     resend_interval_ns: u64,
     rpc_timeout_ns: u64,
@@ -806,6 +819,7 @@ impl Derived {
             top_priority: config.priority_levels - 1,
             measure_rtt: config.measure_rtt || config.window_policy == WindowPolicy::Adaptive,
             adaptive: config.window_policy == WindowPolicy::Adaptive,
+            echo_hold: crate::peer::echo_ticks(config.max_echo_hold_ns),
             keepalive_ns: (config.effective_rpc_timeout_ns() / 4)
                 .max(config.effective_resend_interval_ns()),
             resend_interval_ns: config.effective_resend_interval_ns(),
@@ -827,6 +841,13 @@ impl Derived {
     #[inline(always)]
     pub fn measure_rtt(&self) -> bool {
         self.measure_rtt
+    }
+
+    /// The longest hold of an echoed timestamp, in echo ticks
+    /// (`Config::max_echo_hold_ns`).
+    #[inline(always)]
+    pub fn echo_hold(&self) -> u32 {
+        self.echo_hold
     }
 
     /// Whether windows are per peer ([`WindowPolicy::Adaptive`]).

@@ -149,6 +149,9 @@ setters! {
     /// Static windows for every peer, or per-peer windows from each peer's
     /// measured RTT (seed 003, `docs/congestion.md`).
     plain with_window_policy(window_policy: WindowPolicy) = WindowPolicy::Static;
+    /// Echo a peer's timestamp for at most this long (ns) after it arrived:
+    /// the two clocks' rate difference times the hold spoils the sample.
+    plain with_max_echo_hold_ns(max_echo_hold_ns: u64) = 1_000_000;
     /// Measure each peer's RTT and detect congestion even with static
     /// windows (adaptive windows always do).
     plain with_measure_rtt(measure_rtt: bool) = false;

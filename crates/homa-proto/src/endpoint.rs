@@ -358,12 +358,13 @@ impl Endpoint {
         }
     }
 
-    /// Smallest round-trip time measured to `peer` since it was added, if
-    /// any (kept whether or not the endpoint measures RTT; see
-    /// [`Self::peer_rtt`] for the windowed one).
+    /// Smallest round-trip time measured to `peer` over the last
+    /// `Config::rtt_min_window_ns`, if any: only when the endpoint measures
+    /// RTT (`Config::measure_rtt` or adaptive windows; [`Self::peer_rtt`]
+    /// has the rest).
     pub fn peer_rtt_min(&self, peer: SocketAddr) -> Option<u64> {
         let key = self.peers.find(peer)?;
-        self.peers[key].rtt_min()
+        self.peers.path(key).rtt.min().map(u64::from)
     }
 
     /// What the endpoint measured of the path to `peer` and the windows it
@@ -1181,7 +1182,7 @@ impl Endpoint {
         let pk = pk.or_else(|| self.peers.find(c.dest));
         let stamp = Stamp {
             now,
-            echo_time: pk.map_or(0, |k| self.peers[k].echo(now)),
+            echo_time: pk.map_or(0, |k| self.peers[k].echo(now, self.derived.echo_hold())),
             cutoff_version: self.config.cutoff_version,
             cutoffs: self.derived.cutoffs(),
             checksum: self.config.checksum,

@@ -393,7 +393,7 @@ impl Endpoint {
         } else {
             0
         };
-        let (echo_time, cutoff_version) = (p.echo(now), p.cutoff_version);
+        let (echo_time, cutoff_version) = (p.echo(now, self.derived.echo_hold()), p.cutoff_version);
         let common = CommonHeader {
             from_client: is_client,
             retransmit,

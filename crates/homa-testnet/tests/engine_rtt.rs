@@ -47,31 +47,43 @@ fn rpc(net: &mut EngineNet<TestApp>, c: HostId, s: HostId, len: usize) -> RpcId 
     id
 }
 
-/// A server that holds a request for 3 ms before answering does not
+/// Host 0 asks host 1, which answers after `hold` ns.
+fn held_rpc(net: &mut EngineNet<TestApp>, hold: u64) -> RpcId {
+    let id = net.send_request(0, 1, pattern(100, 1)).unwrap();
+    let limit = net.now() + MS;
+    assert!(net.run_until_cond(limit, |n| !n.app(1).unanswered.is_empty()));
+    let sent_at = net.now();
+    net.run_for(hold);
+    let held = net.app_mut(1).unanswered.pop().unwrap();
+    net.send_response(1, held, Bytes::from_static(b"late"))
+        .unwrap();
+    let limit = net.now() + 10 * MS;
+    assert!(net.run_until_cond(limit, |n| n.app(0).finished_at(id).is_some()));
+    assert!(net.now() - sent_at >= hold);
+    id
+}
+
+/// A server that holds a request for 800 µs before answering does not
 /// inflate its client's RTT sample: the server advances its echo by the
-/// hold time (wire format version 4).
+/// hold time (wire format version 4). A hold beyond `max_echo_hold_ns`
+/// (1 ms) gives no sample at all.
 #[test]
 fn hold_time_is_left_out_of_rtt_samples() {
     // No RESENDs while the server holds the request: the response's echo
     // is the only one that spans the hold.
     let cfg = measuring().with_resend_interval_ns(50 * MS);
     let mut net = star(2, cfg, Reply::Manual);
-    let id = net.send_request(0, 1, pattern(100, 1)).unwrap();
-    assert!(net.run_until_cond(MS, |n| !n.app(1).unanswered.is_empty()));
-    let sent_at = net.now();
-    net.run_for(3 * MS);
-    let held = net.app_mut(1).unanswered.pop().unwrap();
-    net.send_response(1, held, Bytes::from_static(b"late"))
-        .unwrap();
-    assert!(net.run_until_cond(10 * MS, |n| n.app(0).finished_at(id).is_some()));
-    assert!(net.now() - sent_at >= 3 * MS);
+    held_rpc(&mut net, 800 * US);
     let r = rtt(&net, 0, 1);
     assert!(r.samples >= 1);
     // The round trip of a small packet is about 5 µs; without the hold
-    // correction this sample would be over 3 ms.
+    // correction this sample would be over 800 µs.
     assert!(r.rtt_recent < 10 * US as u32, "{r:?}");
     assert_eq!(r.rtt_min, Some(r.rtt_recent));
     assert!(net.endpoint(0).peer_rtt_min(net.addr(1)).unwrap() < 10 * US);
+    // Held 3 ms: the response echoes nothing, so no sample.
+    held_rpc(&mut net, 3 * MS);
+    assert_eq!(rtt(&net, 0, 1), r);
     assert_eq!(net.endpoint(0).metrics().congestion_onsets, 0);
 }
 

@@ -4,6 +4,8 @@
 //! every formula is explained in `docs/protocol.md` §8.
 
 use crate::priorities::{MessageSizes, PriorityPlan};
+use crate::rtt::Threshold;
+use crate::window::WindowParams;
 use crate::wire::{DATA_PACKET_OVERHEAD, MAX_PRIORITIES};
 use thiserror::Error;
 
@@ -152,6 +154,85 @@ pub struct Config {
     /// restarts of an endpoint at the same address, so drivers pass something
     /// that differs per incarnation (time, random).
     pub rpc_id_seed: u64,
+    /// Where each peer's unscheduled bytes and grant window come from: the
+    /// static `unsched_bytes` and `grant_window`, or each peer's measured
+    /// RTT (seed 003; `docs/congestion.md`). Static by default until the
+    /// adaptive policy is measured against it.
+    pub window_policy: WindowPolicy,
+    /// A timestamp received from a peer is echoed back to it (advanced by
+    /// the time held, wire format version 4) for at most this long (ns);
+    /// after that, packets echo nothing until the peer sends a new one. The
+    /// hold is measured on our clock and subtracted from a time on the
+    /// peer's, so the sample is off by the hold times the clocks' rate
+    /// difference: 1 ms at 100 ppm (crystal tolerance, NTP slewing) is
+    /// 100 ns, small against a datacenter RTT; an echo held across an idle
+    /// second could be off by 100 µs.
+    pub max_echo_hold_ns: u64,
+    /// Measure each peer's RTT (windowed minimum, latest, smoothed) and
+    /// detect congestion even under [`WindowPolicy::Static`], for
+    /// [`crate::Endpoint::peer_rtt`] and the metrics. Adaptive windows
+    /// measure anyway. Off by default: it touches one more cache line per
+    /// packet that carries an echo.
+    pub measure_rtt: bool,
+    /// Length (ns) of the sliding window over which a peer's `rtt_min` is
+    /// the smallest sample, so that a route change is followed within one
+    /// to two windows. Long against a congestion episode (the minimum must
+    /// outlive one, or congestion would become the new normal) and short
+    /// against route changes: BBR's 10 s.
+    pub rtt_min_window_ns: u64,
+    /// A peer is congested while its latest RTT sample exceeds this many
+    /// times its `rtt_min` (seed 003's `rtt_high = 8 × rtt_min`), under
+    /// [`CongestionSignal::Latest`].
+    pub rtt_high_factor: u32,
+    /// Which RTT says a peer is congested: the latest sample (seed 003's
+    /// rule, the default) or the smoothed one (its proposed refinement).
+    pub congestion_signal: CongestionSignal,
+    /// Under [`WindowPolicy::Adaptive`], a peer's grant window is this many
+    /// of its `rtt_min` at `link_bps` (seed 003's `rtt_grant = 3 × rtt_min`).
+    pub rtt_grant_factor: u32,
+    /// Under [`WindowPolicy::Adaptive`], a sender halves a peer's
+    /// unscheduled window when, over its last RTT, the unscheduled bytes of
+    /// the messages it started to that peer were less than this per-mille
+    /// of their length while a message to it waited for grants (seed 003:
+    /// 40%).
+    pub unsched_ratio_permille: u32,
+}
+
+/// Which RTT value signals congestion (`docs/congestion.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CongestionSignal {
+    /// The latest sample above `rtt_high_factor` × `rtt_min` (seed 003):
+    /// seen at the first late packet, and gone at the first prompt one.
+    #[default]
+    Latest,
+    /// The smoothed RTT (RFC 6298's SRTT, which moves an eighth of the way
+    /// to each sample) above `factor` × `rtt_min`: seed 003's proposed
+    /// "deviation of the average RTT from rtt_mid = 3 × rtt_min". Not
+    /// fooled by one delayed packet; sees a sustained rise a few samples
+    /// later.
+    Smoothed {
+        /// Seed 003 proposes 3.
+        factor: u32,
+    },
+}
+
+/// Where the windows a peer gets come from (`docs/congestion.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WindowPolicy {
+    /// Every peer gets `unsched_bytes` and `grant_window` (derived from the
+    /// configured `rtt_ns`), as the Linux module does.
+    #[default]
+    Static,
+    /// Seed 003's per-peer windows from each peer's measured RTT: the grant
+    /// window is `rtt_grant_factor × rtt_min` of bytes at `link_bps`, and
+    /// `max_incoming` (when unset) `max_overcommit` of the largest window
+    /// being granted; the unscheduled window starts at the peer's
+    /// bandwidth-delay product (`rtt_min` at `link_bps`), is halved (at most
+    /// once per smoothed RTT) when the peer is congested or its unscheduled
+    /// ratio is low while messages wait for grants, and otherwise grows by a
+    /// packet per smoothed RTT up to that product. Until a peer has a
+    /// sample, it gets the static values.
+    Adaptive,
 }
 
 /// Which incoming messages a receiver grants to (`docs/protocol.md` §4.3).
@@ -248,6 +329,14 @@ impl Default for Config {
             pad_v4: PadWindow::default(),
             pad_v6: PadWindow::default(),
             rpc_id_seed: 1,
+            window_policy: WindowPolicy::Static,
+            max_echo_hold_ns: 1_000_000,
+            measure_rtt: false,
+            rtt_min_window_ns: 10_000_000_000,
+            rtt_high_factor: 8,
+            congestion_signal: CongestionSignal::Latest,
+            rtt_grant_factor: 3,
+            unsched_ratio_permille: 400,
         }
     }
 }
@@ -627,8 +716,25 @@ impl Config {
         if self.boost_tail_bytes.is_some_and(|b| b > i32::MAX as u32) {
             return bad("boost_tail_bytes must be below 2^31 (0 turns it off)".into());
         }
-        if self.grant_fifo_permille > 1000 || self.pacer_fifo_permille > 1000 {
-            return bad("fifo fractions are per-mille (0..=1000)".into());
+        if self.rtt_high_factor == 0
+            || self.rtt_grant_factor == 0
+            || self.congestion_signal == (CongestionSignal::Smoothed { factor: 0 })
+        {
+            return bad(
+                "rtt_high_factor, rtt_grant_factor and a smoothed congestion factor must be at least 1"
+                    .into(),
+            );
+        }
+        if self.rtt_min_window_ns == 0 {
+            return bad("rtt_min_window_ns must be positive".into());
+        }
+        if self.grant_fifo_permille > 1000
+            || self.pacer_fifo_permille > 1000
+            || self.unsched_ratio_permille > 1000
+        {
+            return bad(
+                "fifo fractions and unsched_ratio_permille are per-mille (0..=1000)".into(),
+            );
         }
         if self.effective_resend_interval_ns() == 0
             || self.effective_rpc_timeout_ns() < self.effective_resend_interval_ns()
@@ -657,6 +763,8 @@ impl Config {
             ("peer_idle_ns", self.peer_idle_ns),
             ("rtt_ns", self.rtt_ns),
             ("max_nic_queue_ns", self.max_nic_queue_ns.unwrap_or(0)),
+            ("rtt_min_window_ns", self.rtt_min_window_ns),
+            ("max_echo_hold_ns", self.max_echo_hold_ns),
         ] {
             if v > DAY_NS {
                 return bad(format!("{name} {v} is over a day"));
@@ -693,11 +801,21 @@ pub(crate) struct Derived {
     data_per_packet: u32,
     unsched_bytes: u32,
     top_priority: u8,
+    /// `Config::measure_rtt`, or adaptive windows.
+    measure_rtt: bool,
+    /// `Config::window_policy` is adaptive.
+    adaptive: bool,
+    /// `Config::max_echo_hold_ns` in echo ticks.
+    echo_hold: u32,
     keepalive_ns: u64,
     resend_interval_ns: u64,
     rpc_timeout_ns: u64,
     tombstone_ns: u64,
     cutoffs: [u32; MAX_PRIORITIES],
+    /// When a peer is congested (`Config::congestion_signal`).
+    congestion: Threshold,
+    /// What adaptive windows are computed from.
+    windows: WindowParams,
 }
 
 impl Derived {
@@ -706,13 +824,49 @@ impl Derived {
             data_per_packet: config.max_data_per_packet() as u32,
             unsched_bytes: config.effective_unsched_bytes(),
             top_priority: config.priority_levels - 1,
+            measure_rtt: config.measure_rtt || config.window_policy == WindowPolicy::Adaptive,
+            adaptive: config.window_policy == WindowPolicy::Adaptive,
+            echo_hold: crate::peer::echo_ticks(config.max_echo_hold_ns),
             keepalive_ns: (config.effective_rpc_timeout_ns() / 4)
                 .max(config.effective_resend_interval_ns()),
             resend_interval_ns: config.effective_resend_interval_ns(),
             rpc_timeout_ns: config.effective_rpc_timeout_ns(),
             tombstone_ns: config.effective_tombstone_ns(),
             cutoffs: config.cutoff_table(),
+            congestion: Threshold::new(config),
+            windows: WindowParams::new(config),
         }
+    }
+
+    /// When a peer is congested.
+    #[inline]
+    pub fn congestion(&self) -> Threshold {
+        self.congestion
+    }
+
+    /// Whether the endpoint measures its peers' RTT.
+    #[inline(always)]
+    pub fn measure_rtt(&self) -> bool {
+        self.measure_rtt
+    }
+
+    /// The longest hold of an echoed timestamp, in echo ticks
+    /// (`Config::max_echo_hold_ns`).
+    #[inline(always)]
+    pub fn echo_hold(&self) -> u32 {
+        self.echo_hold
+    }
+
+    /// Whether windows are per peer ([`WindowPolicy::Adaptive`]).
+    #[inline(always)]
+    pub fn adaptive(&self) -> bool {
+        self.adaptive
+    }
+
+    /// What adaptive windows are computed from.
+    #[inline]
+    pub fn windows(&self) -> &WindowParams {
+        &self.windows
     }
 
     /// Payload bytes of a full DATA packet (`Config::max_data_per_packet`).

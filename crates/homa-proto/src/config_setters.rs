@@ -4,7 +4,7 @@
 //! public to read. Kept apart from `config.rs` so that new fields there and
 //! their setters here merge independently.
 
-use crate::config::{Config, GrantPolicy, PadWindow};
+use crate::config::{Config, CongestionSignal, GrantPolicy, PadWindow, WindowPolicy};
 use crate::wire::MAX_PRIORITIES;
 
 /// Generates `with_<field>` setters whose doc ends in "Default: `<expr>`.",
@@ -146,4 +146,26 @@ setters! {
     plain with_pad_v6(pad_v6: PadWindow) = PadWindow::default();
     /// Seed of this endpoint's first RPC id (must differ across restarts).
     plain with_rpc_id_seed(rpc_id_seed: u64) = 1;
+    /// Static windows for every peer, or per-peer windows from each peer's
+    /// measured RTT (seed 003, `docs/congestion.md`).
+    plain with_window_policy(window_policy: WindowPolicy) = WindowPolicy::Static;
+    /// Echo a peer's timestamp for at most this long (ns) after it arrived:
+    /// the two clocks' rate difference times the hold spoils the sample.
+    plain with_max_echo_hold_ns(max_echo_hold_ns: u64) = 1_000_000;
+    /// Measure each peer's RTT and detect congestion even with static
+    /// windows (adaptive windows always do).
+    plain with_measure_rtt(measure_rtt: bool) = false;
+    /// Length (ns) of the sliding window of a peer's `rtt_min` (BBR's 10 s).
+    plain with_rtt_min_window_ns(rtt_min_window_ns: u64) = 10_000_000_000;
+    /// A peer is congested while its latest RTT exceeds this × `rtt_min`.
+    plain with_rtt_high_factor(rtt_high_factor: u32) = 8;
+    /// Which RTT signals congestion: the latest sample (seed 003) or the
+    /// smoothed one against its own factor (seed 003's proposal: 3).
+    plain with_congestion_signal(congestion_signal: CongestionSignal) = CongestionSignal::Latest;
+    /// Adaptive grant window: this × `rtt_min` of bytes at `link_bps`.
+    plain with_rtt_grant_factor(rtt_grant_factor: u32) = 3;
+    /// Adaptive unscheduled window: halved when the unscheduled share of
+    /// the bytes sent to a peer is below this per-mille while messages wait
+    /// for grants.
+    plain with_unsched_ratio_permille(unsched_ratio_permille: u32) = 400;
 }

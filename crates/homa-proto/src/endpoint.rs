@@ -13,6 +13,7 @@ use crate::peer::{PeerKey, Peers, ServerKey};
 use crate::pool::{Message, Pool};
 use crate::rpc::{OutMsg, RpcKey, RpcState};
 use crate::rpc_table::{Removed, RpcTable};
+use crate::rtt::PeerRtt;
 use crate::send_queue::SendQueue;
 use crate::sendbuf::{Outgoing, Payload, SendBuf};
 pub(crate) use crate::servers::ServerEntry;
@@ -21,6 +22,7 @@ use crate::time::Time;
 use crate::timer::Ticker;
 use crate::tombstones::{Tombstones, EXPIRY_BATCH, MAX_TICK_EXPIRY};
 use crate::waiters::PoolWaiters;
+use crate::window::WindowChange;
 use crate::wire::{self, CommonHeader, Packet, MAX_ACKS_PER_PACKET};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -356,10 +358,98 @@ impl Endpoint {
         }
     }
 
-    /// Smallest round-trip time measured to `peer`, if any.
+    /// Smallest round-trip time measured to `peer` over the last
+    /// `Config::rtt_min_window_ns`, if any: only when the endpoint measures
+    /// RTT (`Config::measure_rtt` or adaptive windows; [`Self::peer_rtt`]
+    /// has the rest).
     pub fn peer_rtt_min(&self, peer: SocketAddr) -> Option<u64> {
         let key = self.peers.find(peer)?;
-        self.peers[key].rtt_min()
+        self.peers.path(key).rtt.min().map(u64::from)
+    }
+
+    /// What the endpoint measured of the path to `peer` and the windows it
+    /// gives it (`None`: unknown peer). The RTT fields stay empty unless the
+    /// endpoint measures RTT (`Config::measure_rtt` or adaptive windows).
+    pub fn peer_rtt(&self, peer: SocketAddr) -> Option<PeerRtt> {
+        let key = self.peers.find(peer)?;
+        let path = self.peers.path(key);
+        let r = &path.rtt;
+        Some(PeerRtt {
+            samples: r.samples(),
+            rtt_min: r.min(),
+            rtt_recent: r.recent(),
+            srtt: r.srtt(),
+            rttvar: r.rttvar(),
+            congested: r.congested(),
+            grant_window: self.grant_window_of(key),
+            unsched_window: if self.derived.adaptive() {
+                path.unsched.get(self.derived.windows())
+            } else {
+                self.derived.unsched_bytes()
+            },
+        })
+    }
+
+    /// Takes an RTT sample of peer `pk` (the endpoint measures RTT): the
+    /// estimator, the congestion count and, with adaptive windows, the
+    /// peer's windows.
+    pub(crate) fn rtt_sample(&mut self, now: Time, pk: PeerKey, rtt: u32) {
+        self.metrics.rtt_samples += 1;
+        let window = self.config.rtt_min_window_ns;
+        let threshold = self.derived.congestion();
+        let path = self.peers.path_mut(pk);
+        let o = path.rtt.sample(now, rtt, window, threshold);
+        if o.onset {
+            self.metrics.congestion_onsets += 1;
+        }
+        if !self.derived.adaptive() {
+            return;
+        }
+        let params = self.derived.windows();
+        if o.min_changed {
+            let w = params.grant_window(path.rtt.min());
+            if w != path.grant_window {
+                path.grant_window = w;
+                // A grant pass may now grant more, or less.
+                self.grants.unsettle();
+            }
+        }
+        if let Some(WindowChange::CutCongested | WindowChange::CutRatio) =
+            path.unsched.update(now, &path.rtt, params)
+        {
+            self.metrics.unsched_window_cuts += 1;
+        }
+    }
+
+    /// The grant window of peer `pk`'s messages: its own under adaptive
+    /// windows once it has a sample, else the static one.
+    #[inline]
+    pub(crate) fn grant_window_of(&self, pk: PeerKey) -> u32 {
+        let w = if self.derived.adaptive() {
+            self.peers.path(pk).grant_window
+        } else {
+            0
+        };
+        if w == 0 {
+            self.derived.windows().static_grant()
+        } else {
+            w
+        }
+    }
+
+    /// The unscheduled bytes of a new message of `len` bytes to peer `pk`
+    /// (counted towards the peer's unscheduled ratio under adaptive
+    /// windows).
+    #[inline]
+    fn unsched_for(&mut self, pk: PeerKey, len: usize) -> u32 {
+        if !self.derived.adaptive() {
+            return self.derived.unsched_bytes();
+        }
+        let w = &mut self.peers.path_mut(pk).unsched;
+        let unsched = w.get(self.derived.windows());
+        let len = len.min(u32::MAX as usize) as u32;
+        w.on_message(len, unsched.min(len));
+        unsched
     }
 
     /// True when the endpoint has no RPCs and nothing to transmit.
@@ -417,7 +507,7 @@ impl Endpoint {
         let unsched_priority = self.peers.unsched_priority(pk, request.len() as u32);
         let key = self.insert_rpc(now, true, 0, dest, pk, RpcState::ClientActive);
         crate::trace_point!("engine: client rpc inserted");
-        let unsched = self.derived.unsched_bytes();
+        let unsched = self.unsched_for(pk, request.len());
         let rpc = &mut self.rpcs[key];
         rpc.out = Some(OutMsg::new(request, unsched, unsched_priority));
         let id = rpc.id;
@@ -482,7 +572,7 @@ impl Endpoint {
         }
         let response = self.payload(response.into())?;
         let unsched_priority = self.peers.unsched_priority(pk, response.len() as u32);
-        let unsched = self.derived.unsched_bytes();
+        let unsched = self.unsched_for(pk, response.len());
         let r = &mut self.rpcs[key];
         r.state = RpcState::ServerResponding;
         r.out = Some(OutMsg::new(response, unsched, unsched_priority));
@@ -699,7 +789,10 @@ impl Endpoint {
             } else {
                 self.rpcs.prefetch_client(c.rpc_id);
             }
-            self.peers[pk].observe(now, c.send_time, c.echo_time);
+            let sample = self.peers[pk].observe(now, c.send_time, c.echo_time);
+            if let Some(rtt) = sample.filter(|_| self.derived.measure_rtt()) {
+                self.rtt_sample(now, pk, rtt);
+            }
         }
         pk
     }
@@ -1089,7 +1182,7 @@ impl Endpoint {
         let pk = pk.or_else(|| self.peers.find(c.dest));
         let stamp = Stamp {
             now,
-            echo_time: pk.map_or(0, |k| self.peers[k].echo_time),
+            echo_time: pk.map_or(0, |k| self.peers[k].echo(now, self.derived.echo_hold())),
             cutoff_version: self.config.cutoff_version,
             cutoffs: self.derived.cutoffs(),
             checksum: self.config.checksum,

@@ -26,13 +26,21 @@ use crate::srpt::SrptQueue;
 pub(crate) struct Grants {
     /// Sum over incoming messages of granted-but-not-received bytes.
     incoming: u64,
-    /// Cap on `incoming` (`Config::effective_max_incoming`).
+    /// Cap on `incoming` (`Config::effective_max_incoming`; under adaptive
+    /// windows with `max_incoming` unset, set by each grant pass,
+    /// [`Self::cap_for_window`]).
     max_incoming: u64,
+    /// `Config::max_incoming` is unset, so the cap follows the window.
+    derived_cap: bool,
+    /// `Config::max_overcommit`.
+    overcommit: u64,
     /// Credit towards the oldest message's next grant.
     fifo: FifoCredit,
     /// `Config::grant_fifo_permille`.
     fifo_permille: u32,
-    /// Bytes a message may have granted beyond what it has received.
+    /// Bytes a message may have granted beyond what it has received, under
+    /// static windows (adaptive ones are per peer, passed to
+    /// [`Self::next_grant`]); also the FIFO quantum.
     window: u32,
     /// Priority levels for scheduled packets (at least 1).
     sched_levels: u8,
@@ -65,6 +73,8 @@ impl Grants {
         Grants {
             incoming: 0,
             max_incoming: config.effective_max_incoming(),
+            derived_cap: config.max_incoming.is_none(),
+            overcommit: config.max_overcommit as u64,
             fifo: FifoCredit::default(),
             fifo_permille: config.grant_fifo_permille,
             window: config.effective_grant_window(),
@@ -113,6 +123,22 @@ impl Grants {
     #[inline(always)]
     pub fn any_grantable(&self) -> bool {
         !self.queue.is_empty()
+    }
+
+    /// The static grant window.
+    #[inline(always)]
+    pub fn window(&self) -> u32 {
+        self.window
+    }
+
+    /// Adaptive windows: the largest window of the messages a pass grants
+    /// to is `window`, so the cap is `max_overcommit` of it (seed 003's
+    /// `max_incoming = window × overcommit`), unless configured.
+    #[inline]
+    pub fn cap_for_window(&mut self, window: u32) {
+        if self.derived_cap {
+            self.max_incoming = self.overcommit * window as u64;
+        }
     }
 
     /// Messages that need grants.
@@ -233,26 +259,29 @@ impl Grants {
     }
 
     /// `GrantPolicy::EveryMessage`'s rule, for a message of `len` bytes
-    /// with `received` bytes received and `granted` granted: if the grant
-    /// is below `received + window` (and the message's end), the new grant
-    /// `min(len, received + window + increment)`; else `None`.
+    /// with `received` bytes received and `granted` granted, whose window
+    /// is `window`: if the grant is below `received + window` (and the
+    /// message's end), the new grant `min(len, received + window +
+    /// increment)`; else `None`.
     #[inline(always)]
     pub fn every_message_grant(
         &self,
+        window: u32,
         increment: u32,
         received: u32,
         granted: u32,
         len: u32,
     ) -> Option<u32> {
-        let floor = received as u64 + self.window as u64;
+        let floor = received as u64 + window as u64;
         if granted as u64 >= floor || granted >= len {
             return None;
         }
         Some((floor + increment as u64).min(len as u64) as u32)
     }
 
-    /// The grant offset a message should have next, or `None` if it
-    /// should get no grant now: at most a window beyond `base` (the bytes
+    /// The grant offset a message whose window is `window` should have
+    /// next, or `None` if it should get no grant now: at most a window
+    /// beyond `base` (the bytes
     /// received, or for a FIFO grant the current grant) and the message's
     /// length `len`; not less than a full packet (`dpp`) beyond `granted`
     /// unless that reaches the end; and, except for FIFO grants (rare, and
@@ -262,13 +291,14 @@ impl Grants {
     #[inline(always)]
     pub fn next_grant(
         &self,
+        window: u32,
         base: u32,
         granted: u32,
         len: u32,
         dpp: u32,
         fifo: bool,
     ) -> Option<u32> {
-        let target = (base as u64 + self.window as u64).min(len as u64) as u32;
+        let target = (base as u64 + window as u64).min(len as u64) as u32;
         if target <= granted {
             return None;
         }
@@ -347,20 +377,29 @@ mod tests {
     fn a_grant_is_a_window_beyond_the_received_bytes_in_whole_packets() {
         let g = grants(10_000, 1 << 30, 8, 4);
         // 0 received: a window.
-        assert_eq!(g.next_grant(0, 1_000, 100_000, 1_000, false), Some(10_000));
+        assert_eq!(
+            g.next_grant(g.window(), 0, 1_000, 100_000, 1_000, false),
+            Some(10_000)
+        );
         // Less than a packet more: not yet...
-        assert_eq!(g.next_grant(500, 10_000, 100_000, 1_000, false), None);
+        assert_eq!(
+            g.next_grant(g.window(), 500, 10_000, 100_000, 1_000, false),
+            None
+        );
         // ...unless it reaches the end of the message.
         assert_eq!(
-            g.next_grant(500, 10_000, 10_200, 1_000, false),
+            g.next_grant(g.window(), 500, 10_000, 10_200, 1_000, false),
             Some(10_200)
         );
         // Never beyond the message, never backwards.
         assert_eq!(
-            g.next_grant(95_000, 99_000, 100_000, 1_000, false),
+            g.next_grant(g.window(), 95_000, 99_000, 100_000, 1_000, false),
             Some(100_000)
         );
-        assert_eq!(g.next_grant(0, 100_000, 100_000, 1_000, false), None);
+        assert_eq!(
+            g.next_grant(g.window(), 0, 100_000, 100_000, 1_000, false),
+            None
+        );
     }
 
     #[test]
@@ -369,16 +408,22 @@ mod tests {
         g.add(12_000);
         assert_eq!(g.incoming(), 12_000);
         // 3,000 of room: the grant shrinks to it.
-        assert_eq!(g.next_grant(0, 0, 100_000, 1_000, false), Some(3_000));
+        assert_eq!(
+            g.next_grant(g.window(), 0, 0, 100_000, 1_000, false),
+            Some(3_000)
+        );
         g.track(2_000, 2_500);
         // 2,500 left: still a packet.
-        assert_eq!(g.next_grant(0, 0, 100_000, 1_000, false), Some(2_500));
+        assert_eq!(
+            g.next_grant(g.window(), 0, 0, 100_000, 1_000, false),
+            Some(2_500)
+        );
         g.add(2_000);
         // 500 left: less than a packet, nothing.
-        assert_eq!(g.next_grant(0, 0, 100_000, 1_000, false), None);
+        assert_eq!(g.next_grant(g.window(), 0, 0, 100_000, 1_000, false), None);
         // A FIFO grant ignores the cap.
         assert_eq!(
-            g.next_grant(5_000, 5_000, 100_000, 1_000, true),
+            g.next_grant(g.window(), 5_000, 5_000, 100_000, 1_000, true),
             Some(15_000)
         );
         g.remove(14_500);
@@ -428,25 +473,31 @@ mod tests {
         // Granted 10,000 (the unscheduled bytes), 1,000 received: below
         // 11,000, so grant 16,000.
         assert_eq!(
-            g.every_message_grant(5_000, 1_000, 10_000, 100_000),
+            g.every_message_grant(g.window(), 5_000, 1_000, 10_000, 100_000),
             Some(16_000)
         );
         // Up to 5 more packets' worth received: no grant.
-        assert_eq!(g.every_message_grant(5_000, 6_000, 16_000, 100_000), None);
+        assert_eq!(
+            g.every_message_grant(g.window(), 5_000, 6_000, 16_000, 100_000),
+            None
+        );
         // Beyond: the next one.
         assert_eq!(
-            g.every_message_grant(5_000, 6_001, 16_000, 100_000),
+            g.every_message_grant(g.window(), 5_000, 6_001, 16_000, 100_000),
             Some(21_001)
         );
         // Never beyond the message; nothing once all is granted.
         assert_eq!(
-            g.every_message_grant(5_000, 95_000, 99_000, 100_000),
+            g.every_message_grant(g.window(), 5_000, 95_000, 99_000, 100_000),
             Some(100_000)
         );
-        assert_eq!(g.every_message_grant(5_000, 95_000, 100_000, 100_000), None);
+        assert_eq!(
+            g.every_message_grant(g.window(), 5_000, 95_000, 100_000, 100_000),
+            None
+        );
         // An increment of 0: a grant at every packet.
         assert_eq!(
-            g.every_message_grant(0, 1_000, 10_000, 100_000),
+            g.every_message_grant(g.window(), 0, 1_000, 10_000, 100_000),
             Some(11_000)
         );
         assert_eq!(Grants::new(&Config::default()).every_message(), None);

@@ -66,6 +66,7 @@ pub mod pool;
 pub mod priorities;
 mod rpc;
 mod rpc_table;
+mod rtt;
 mod send_queue;
 pub mod sendbuf;
 mod servers;
@@ -76,9 +77,12 @@ mod timer;
 mod tombstones;
 pub mod trace;
 mod waiters;
+mod window;
 pub mod wire;
 
-pub use config::{Config, ConfigError, GrantPolicy, NetworkProfile, PadWindow};
+pub use config::{
+    Config, ConfigError, CongestionSignal, GrantPolicy, NetworkProfile, PadWindow, WindowPolicy,
+};
 pub use endpoint::{
     splitmix64, Endpoint, EndpointStats, Event, RpcError, RpcId, SendError, ServerRpc, Transmit,
 };
@@ -87,5 +91,6 @@ pub use metrics::{DropReason, Metrics};
 pub use outgoing::Burst;
 pub use pool::{Message, BPAGE_SIZE};
 pub use priorities::{MessageSizes, PriorityPlan};
+pub use rtt::PeerRtt;
 pub use sendbuf::{Outgoing, SendBuf, SendBufError};
 pub use time::Time;

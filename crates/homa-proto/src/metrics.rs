@@ -122,6 +122,15 @@ pub struct Metrics {
     pub acks_processed: u64,
     /// Control packets dropped because the transmit queue was full.
     pub control_dropped: u64,
+    /// RTT samples taken (only while measuring: `Config::measure_rtt` or
+    /// adaptive windows).
+    pub rtt_samples: u64,
+    /// Times a peer became congested (its latest RTT sample, or its
+    /// smoothed RTT, went above the factor × its `rtt_min`;
+    /// `Config::congestion_signal`).
+    pub congestion_onsets: u64,
+    /// Adaptive windows: times a peer's unscheduled window was halved.
+    pub unsched_window_cuts: u64,
 }
 
 impl Metrics {
@@ -173,6 +182,9 @@ impl Metrics {
             ("pool_timeouts", self.pool_timeouts),
             ("acks_processed", self.acks_processed),
             ("control_dropped", self.control_dropped),
+            ("rtt_samples", self.rtt_samples),
+            ("congestion_onsets", self.congestion_onsets),
+            ("unsched_window_cuts", self.unsched_window_cuts),
         ];
         v.extend(plain.iter().map(|(n, x)| (n.to_string(), *x)));
         v

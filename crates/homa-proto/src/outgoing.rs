@@ -393,7 +393,7 @@ impl Endpoint {
         } else {
             0
         };
-        let (echo_time, cutoff_version) = (p.echo_time, p.cutoff_version);
+        let (echo_time, cutoff_version) = (p.echo(now, self.derived.echo_hold()), p.cutoff_version);
         let common = CommonHeader {
             from_client: is_client,
             retransmit,
@@ -543,6 +543,10 @@ impl Endpoint {
         };
         out.sched_priority = g.priority;
         let new = g.offset.min(out.len);
+        if self.derived.adaptive() && new > out.granted && !out.sendable() {
+            // It had sent all it was granted: it waited for this grant.
+            self.peers.path_mut(rpc.peer_key).unsched.on_wait();
+        }
         if new > out.granted {
             out.granted = new;
             // A queued message keeps its SRPT entry: a grant does not change

@@ -1,7 +1,9 @@
 //! What an endpoint remembers about each peer it talks to.
 
+use crate::rtt::RttEstimator;
 use crate::table::{LinearTable, Slot};
 use crate::time::Time;
+use crate::window::UnschedWindow;
 use crate::wire::MAX_PRIORITIES;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
@@ -17,8 +19,13 @@ pub(crate) type PeerKey = u32;
 /// in [`PeerInfo`].
 #[repr(C, align(64))]
 pub(crate) struct Peer {
-    /// The latest `send_time` received from the peer, echoed back to it.
-    pub echo_time: u64,
+    /// The latest `send_time` received from the peer minus our clock when
+    /// it arrived (wrapping; 0: none yet), so that the echo we send at time
+    /// `t` is that `send_time` advanced by how long we held it,
+    /// `echo_base + t` ([`Self::echo`]): the peer's sample then leaves our
+    /// hold time out (`docs/wire-format.md`, *Timestamps*). One word, as the
+    /// raw `send_time` was.
+    echo_base: u64,
     /// Last time the peer had an RPC or sent us a packet.
     pub last_active: Time,
     /// Completed client RPCs whose server state the peer may drop.
@@ -29,10 +36,13 @@ pub(crate) struct Peer {
     pub server_rpcs: u32,
     /// Tombstones of server RPCs from this peer (they pin the peer's key).
     pub tombstones: u32,
-    /// Smallest round-trip time measured from echoed timestamps, in ns,
-    /// saturating below `u32::MAX` (`u32::MAX`: none yet). 32 bits leave room
-    /// in this line for the cutoff summary below.
-    rtt_min: u32,
+    /// When the timestamp in `echo_base` arrived, in [`ECHO_TICK_SHIFT`]
+    /// ticks of our clock (1.024 µs, wrapping every 73 minutes), so that
+    /// [`Self::echo`] can refuse to echo a timestamp held too long (the two
+    /// clocks' rates differ, and the hold is measured on ours). 32 bits, so
+    /// that this line still holds the cutoff summary below; the RTT minimum
+    /// that used to be here lives in [`PeerPath`].
+    echo_at: u32,
     /// The peer's highest unscheduled level with a cutoff and that cutoff:
     /// a message of at most `top_cutoff` bytes goes at `top_level`, found
     /// without reading `PeerInfo` (a second, usually cold, cache line for
@@ -70,15 +80,34 @@ pub(crate) struct PeerInfo {
     pub cutoffs_sent_at: Option<Time>,
 }
 
+/// What the endpoint measures of the network path to a peer and the
+/// windows it derives from that (`docs/congestion.md`). A table parallel to
+/// the peers', not a part of [`Peer`] (whose one cache line is full and
+/// read on every packet) nor of [`PeerInfo`] (read on every packet too,
+/// for the address check): updated only when the endpoint measures RTT
+/// (`Config::measure_rtt` or adaptive windows), so that an endpoint that
+/// does not pays nothing for it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PeerPath {
+    /// The peer's RTT.
+    pub rtt: RttEstimator,
+    /// Adaptive windows: the grant window of the peer's messages (0: none
+    /// computed yet, the static one applies), recomputed when `rtt_min`
+    /// changes rather than at every grant...
+    pub grant_window: u32,
+    /// ...and the unscheduled bytes of our messages to it.
+    pub unsched: UnschedWindow,
+}
+
 impl Peer {
     /// Version 0 means "not heard yet", so the peer's first DATA from us
     /// triggers a CUTOFFS reply.
     fn new(now: Time, cutoffs: &[u32; MAX_PRIORITIES], cutoff_set: u8) -> Peer {
         let (top_level, top_cutoff) = top_cutoff(cutoffs);
         Peer {
-            echo_time: 0,
+            echo_base: 0,
             last_active: now,
-            rtt_min: u32::MAX,
+            echo_at: 0,
             pending_acks: Vec::new(),
             rpcs: 0,
             server_rpcs: 0,
@@ -90,24 +119,66 @@ impl Peer {
         }
     }
 
-    pub fn rtt_min(&self) -> Option<u64> {
-        (self.rtt_min != u32::MAX).then_some(self.rtt_min as u64)
-    }
-
     /// Nothing refers to the peer's key: it may be evicted or forgotten.
     pub fn unreferenced(&self) -> bool {
         self.rpcs == 0 && self.tombstones == 0
     }
 
-    /// Records a packet's timestamps.
-    pub fn observe(&mut self, now: Time, send_time: u64, echo_time: u64) {
-        self.echo_time = send_time;
+    /// Records a packet's timestamps; returns the RTT sample (ns,
+    /// saturating below `u32::MAX`) its echo gives, if any.
+    #[inline]
+    pub fn observe(&mut self, now: Time, send_time: u64, echo_time: u64) -> Option<u32> {
+        if send_time != 0 {
+            // A base of 0 would read as "none": the echo comes out 1 ns
+            // early instead (only when the peer's clock equals ours).
+            self.echo_base = match send_time.wrapping_sub(now) {
+                0 => u64::MAX,
+                b => b,
+            };
+            self.echo_at = echo_tick(now);
+        }
         self.last_active = now;
         if echo_time != 0 && echo_time <= now {
-            let rtt = (now - echo_time).min(u32::MAX as u64 - 1) as u32;
-            self.rtt_min = self.rtt_min.min(rtt);
+            return Some((now - echo_time).min(u32::MAX as u64 - 1) as u32);
+        }
+        None
+    }
+
+    /// Whether the peer has sent us a timestamp to echo.
+    #[inline]
+    pub fn has_echo(&self) -> bool {
+        self.echo_base != 0
+    }
+
+    /// The `echo_time` for a packet to the peer built at `now`: the latest
+    /// `send_time` it sent us, plus the time since it arrived; 0 if none,
+    /// or if we have held it more than `max_hold` ticks
+    /// (`Config::max_echo_hold_ns`, [`echo_ticks`]).
+    #[inline]
+    pub fn echo(&self, now: Time, max_hold: u32) -> u64 {
+        if self.echo_base == 0 || echo_tick(now).wrapping_sub(self.echo_at) > max_hold {
+            0
+        } else {
+            self.echo_base.wrapping_add(now).max(1)
         }
     }
+}
+
+/// Hold times are kept in ticks of 2^10 ns (1.024 µs): 32 bits of them
+/// cover 73 minutes, far beyond any hold worth echoing.
+pub(crate) const ECHO_TICK_SHIFT: u32 = 10;
+
+/// `now` in ticks, wrapping.
+#[inline]
+fn echo_tick(now: Time) -> u32 {
+    (now >> ECHO_TICK_SHIFT) as u32
+}
+
+/// The longest hold, in ticks, of `max_hold_ns` (rounded up, so that a
+/// hold of `max_hold_ns` is still echoed; a tick count can read one more
+/// than the hold).
+pub(crate) fn echo_ticks(max_hold_ns: u64) -> u32 {
+    (max_hold_ns.div_ceil(1 << ECHO_TICK_SHIFT) + 1).min(u32::MAX as u64 / 2) as u32
 }
 
 /// The highest level with a non-zero cutoff and its cutoff ((0, 0) if none):
@@ -215,6 +286,8 @@ pub(crate) struct Peers {
     slots: Vec<Option<Peer>>,
     /// `info[k]` belongs to `slots[k]` (stale while the slot is free).
     info: Vec<PeerInfo>,
+    /// `paths[k]` belongs to `slots[k]` likewise.
+    paths: Vec<PeerPath>,
     free: Vec<PeerKey>,
     index: LinearTable<AddrSlot>,
     /// Distinct cutoff arrays peers use (see [`Peer::cutoff_set`]); never
@@ -272,11 +345,13 @@ impl Peers {
             Some(k) => {
                 self.slots[k as usize] = Some(peer);
                 self.info[k as usize] = info;
+                self.paths[k as usize] = PeerPath::default();
                 k
             }
             None => {
                 self.slots.push(Some(peer));
                 self.info.push(info);
+                self.paths.push(PeerPath::default());
                 (self.slots.len() - 1) as PeerKey
             }
         };
@@ -346,6 +421,19 @@ impl Peers {
     pub fn info_mut(&mut self, key: PeerKey) -> &mut PeerInfo {
         debug_assert!(self.slots[key as usize].is_some());
         &mut self.info[key as usize]
+    }
+
+    /// What is measured of the path to live peer `key`.
+    #[inline]
+    pub fn path(&self, key: PeerKey) -> &PeerPath {
+        debug_assert!(self.slots[key as usize].is_some());
+        &self.paths[key as usize]
+    }
+
+    #[inline]
+    pub fn path_mut(&mut self, key: PeerKey) -> &mut PeerPath {
+        debug_assert!(self.slots[key as usize].is_some());
+        &mut self.paths[key as usize]
     }
 
     /// Live peers in key order (deterministic).
@@ -500,23 +588,58 @@ mod tests {
 mod rtt_tests {
     use super::*;
 
+    const HOLD: u32 = u32::MAX / 2;
+
     #[test]
-    fn rtt_min_tracks_the_smallest_echoed_round_trip() {
+    fn an_echo_gives_a_round_trip_sample() {
         let mut p = Peer::new(0, &[0; MAX_PRIORITIES], NO_SET);
-        assert_eq!(p.rtt_min(), None);
-        p.observe(100, 5, 0); // no echo: no sample
-        assert_eq!((p.rtt_min(), p.echo_time), (None, 5));
-        p.observe(100, 6, 70);
-        p.observe(200, 7, 180);
-        p.observe(300, 8, 200);
-        assert_eq!(p.rtt_min(), Some(20));
-        p.observe(300, 9, 300); // a zero round trip counts
-        assert_eq!(p.rtt_min(), Some(0));
-        p.observe(300, 9, 400); // an echo from the future does not
-        assert_eq!(p.rtt_min(), Some(0));
-        // A sample beyond 32 bits of ns saturates (and is still a sample).
+        assert_eq!(p.observe(100, 5, 0), None); // no echo: no sample
+        assert_eq!(p.echo(100, HOLD), 5);
+        assert_eq!(p.observe(100, 6, 70), Some(30));
+        assert_eq!(p.observe(300, 9, 300), Some(0)); // a zero round trip counts
+        assert_eq!(p.observe(300, 9, 400), None); // an echo from the future does not
+                                                  // A sample beyond 32 bits of ns saturates (and is still a sample).
+        assert_eq!(p.observe(1 << 40, 5, 1), Some(u32::MAX - 1));
+    }
+
+    /// A timestamp held longer than the limit is not echoed: the two
+    /// clocks' rate difference times the hold would spoil the sample.
+    #[test]
+    fn a_timestamp_held_too_long_is_not_echoed() {
+        let max = echo_ticks(1_000_000);
         let mut p = Peer::new(0, &[0; MAX_PRIORITIES], NO_SET);
-        p.observe(1 << 40, 5, 1);
-        assert_eq!(p.rtt_min(), Some(u32::MAX as u64 - 1));
+        p.observe(5_000_000, 77, 0);
+        assert_eq!(p.echo(5_000_000 + 1_000_000, max), 77 + 1_000_000);
+        assert_eq!(p.echo(5_000_000 + 1_010_000, max), 0);
+        assert_eq!(p.echo(5_000_000 + 3_600_000_000_000, max), 0);
+        // A new timestamp is echoed again.
+        p.observe(8_000_000, 90, 0);
+        assert_eq!(p.echo(8_000_500, max), 590);
+        // Limits round up to whole ticks, plus one for the tick boundary.
+        assert_eq!((echo_ticks(0), echo_ticks(1), echo_ticks(1024)), (1, 2, 2));
+    }
+
+    /// The echo is the peer's latest `send_time` advanced by the time we
+    /// held it, whatever the two clocks' epochs.
+    #[test]
+    fn the_echo_leaves_out_the_hold_time() {
+        let mut p = Peer::new(0, &[0; MAX_PRIORITIES], NO_SET);
+        assert!(!p.has_echo());
+        assert_eq!(p.echo(1_000, HOLD), 0);
+        // The peer's clock is far ahead of ours.
+        p.observe(1_000, 5_000_000, 0);
+        assert!(p.has_echo());
+        assert_eq!(p.echo(1_000, HOLD), 5_000_000);
+        assert_eq!(p.echo(31_000, HOLD), 5_030_000);
+        // ...or behind it.
+        p.observe(9_000_000, 7, 0);
+        assert_eq!(p.echo(9_000_100, HOLD), 107);
+        // Equal clocks: 1 ns early rather than "none".
+        p.observe(500, 500, 0);
+        assert!(p.has_echo());
+        assert_eq!(p.echo(600, HOLD), 599);
+        // A send_time of 0 (no timestamp) leaves the echo alone.
+        p.observe(700, 0, 0);
+        assert_eq!(p.echo(600, HOLD), 599);
     }
 }

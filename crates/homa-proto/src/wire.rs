@@ -1,4 +1,4 @@
-//! The Homa wire format (version 3, [`VERSION`]), carried in UDP payloads.
+//! The Homa wire format (version 4, [`VERSION`]), carried in UDP payloads.
 //!
 //! Layout and semantics are specified in `docs/wire-format.md`. All integers are
 //! little-endian. Decoding borrows from the input buffer (no copies) and every
@@ -11,11 +11,16 @@
 //! a plain `recvfrom`. The bytes used were reserved (must be zero) in version 1,
 //! so a version-1 receiver rejects version-2 packets rather than misreading
 //! them, and the version byte changes anyway.
+//!
+//! Version 3 adds DATA padding (byte 3). Version 4 changes what `echo_time`
+//! means, not the layout: the echoed `send_time` is advanced by the time the
+//! echoing host held it, so that RTT samples leave out the peer's service
+//! time (`docs/wire-format.md`, *Timestamps*).
 
 use thiserror::Error;
 
 /// Wire-format version carried in the first byte of every packet.
-pub const VERSION: u8 = 3;
+pub const VERSION: u8 = 4;
 /// Bytes of the header shared by every packet type.
 pub const COMMON_HEADER_LEN: usize = 32;
 /// Bytes of the DATA-specific header that follows the common header.
@@ -120,8 +125,10 @@ pub struct CommonHeader {
     pub rpc_id: u64,
     /// Sender's clock (ns) when the packet was built.
     pub send_time: u64,
-    /// The most recent `send_time` the sender has received from this peer, so
-    /// that the receiver can compute a round-trip time. Zero if none.
+    /// The most recent `send_time` the sender has received from this peer,
+    /// plus the ns since it arrived (its hold time), so that the receiver
+    /// can compute a round-trip time that leaves the hold time out. Zero if
+    /// none.
     pub echo_time: u64,
 }
 
@@ -1089,7 +1096,7 @@ mod tests {
             send_time: 0x1817_1615_1413_1211,
             echo_time: 0x2827_2625_2423_2221,
         };
-        let mut header = vec![3, 0, 3, 0, 0, 0, 0, 0];
+        let mut header = vec![4, 0, 3, 0, 0, 0, 0, 0];
         header.extend(1..=8u8);
         header.extend(0x11..=0x18u8);
         header.extend(0x21..=0x28u8);
@@ -1389,8 +1396,8 @@ mod tests {
     #[test]
     fn bad_version() {
         for (body, _) in samples() {
-            // 1, 2: older versions' packets are rejected, not half-understood.
-            for v in [0u8, 1, 2, 4, 0x81, 255] {
+            // 1, 2, 3: older versions' packets are rejected, not half-understood.
+            for v in [0u8, 1, 2, 3, 5, 0x81, 255] {
                 let mut bytes = valid(&body);
                 bytes[0] = v;
                 assert_eq!(decode(&bytes), Err(DecodeError::BadVersion(v)));
@@ -1917,7 +1924,7 @@ mod tests {
         assert_eq!(packet_len(&[]), None);
         assert_eq!(packet_len(&[VERSION]), None);
         let busy = valid(&Body::Busy);
-        for v in [0u8, 1, 2, 4, 255] {
+        for v in [0u8, 1, 2, 3, 5, 255] {
             let mut b = busy.clone();
             b[0] = v;
             assert_eq!(packet_len(&b), None);

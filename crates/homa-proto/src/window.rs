@@ -1,0 +1,300 @@
+//! Seed 003's per-peer windows under `WindowPolicy::Adaptive`
+//! (`docs/congestion.md`): the receiver's grant window from the peer's
+//! `rtt_min`, and the sender's unscheduled window, cut when the peer is
+//! congested and grown back while it is not. Under static windows, the
+//! default, only [`WindowParams`]' static values are read.
+
+use crate::config::Config;
+use crate::rtt::RttEstimator;
+use crate::time::Time;
+
+/// What adaptive windows are computed from: fixed for an endpoint, kept in
+/// `Derived`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WindowParams {
+    link_bps: u64,
+    /// Payload bytes of a full DATA packet: windows are whole packets, and
+    /// one packet is the floor.
+    dpp: u32,
+    /// `Config::effective_unsched_bytes`: a peer's unscheduled window until
+    /// it has a sample.
+    static_unsched: u32,
+    /// `Config::effective_grant_window`: likewise for grants.
+    static_grant: u32,
+    /// The largest window: a grant window beyond the largest message buys
+    /// nothing, and keeps the grant arithmetic far from 2^31.
+    max: u32,
+    grant_factor: u32,
+    ratio_permille: u32,
+}
+
+impl WindowParams {
+    pub fn new(config: &Config) -> WindowParams {
+        let dpp = config.max_data_per_packet().max(1) as u32;
+        WindowParams {
+            link_bps: config.link_bps,
+            dpp,
+            static_unsched: config.effective_unsched_bytes(),
+            static_grant: config.effective_grant_window(),
+            max: config
+                .max_message_length
+                .max(config.effective_grant_window())
+                .clamp(dpp, 1 << 30),
+            grant_factor: config.rtt_grant_factor,
+            ratio_permille: config.unsched_ratio_permille,
+        }
+    }
+
+    /// `rtt_ns` of bytes at the link rate, rounded up to whole packets,
+    /// between one packet and [`Self::max`].
+    fn packets_of(&self, rtt_ns: u64) -> u32 {
+        let bytes = (rtt_ns as u128 * self.link_bps as u128 / 8_000_000_000) as u64;
+        let packets = bytes.div_ceil(self.dpp as u64).max(1);
+        packets.saturating_mul(self.dpp as u64).min(self.max as u64) as u32
+    }
+
+    /// The peer's bandwidth-delay product: `rtt_min` of bytes at our link
+    /// rate (the peer's is not known; links are assumed alike).
+    pub fn bdp(&self, rtt_min: u32) -> u32 {
+        self.packets_of(rtt_min as u64)
+    }
+
+    /// The grant window of a peer whose `rtt_min` is `rtt_min` (seed 003:
+    /// `rtt_grant = 3 × rtt_min`, window = `rtt_grant` × link rate); the
+    /// static window without a sample.
+    pub fn grant_window(&self, rtt_min: Option<u32>) -> u32 {
+        match rtt_min {
+            Some(m) => self.packets_of(m as u64 * self.grant_factor as u64),
+            None => self.static_grant,
+        }
+    }
+
+    #[cfg(test)]
+    pub fn static_unsched(&self) -> u32 {
+        self.static_unsched
+    }
+
+    pub fn static_grant(&self) -> u32 {
+        self.static_grant
+    }
+}
+
+/// A change [`UnschedWindow::update`] made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WindowChange {
+    /// Halved: the peer is congested.
+    CutCongested,
+    /// Halved: little of what went to the peer was unscheduled while
+    /// messages waited for grants.
+    CutRatio,
+    /// Grown by a packet, or set to the bandwidth-delay product.
+    Grown,
+}
+
+/// A sender's unscheduled window for one peer: how many leading bytes of a
+/// new message to it go without grants. Seed 003: unscheduled bytes that
+/// arrive at a congested receiver (or queue behind other traffic) only add
+/// to the queue, while scheduled bytes are paced by the receiver; so the
+/// unscheduled window shrinks under congestion and when the traffic to the
+/// peer is mostly scheduled anyway, and grows back additively.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct UnschedWindow {
+    /// The window (0: no sample yet; the static unscheduled bytes apply).
+    bytes: u32,
+    /// When the window was last set or changed: at most one change per
+    /// smoothed RTT, so that a change is seen in the samples before the
+    /// next one (AIMD's once per round trip).
+    changed_at: Time,
+    /// Length of the messages started to the peer since `changed_at`...
+    started: u64,
+    /// ...and how many of those bytes were unscheduled.
+    started_unsched: u64,
+    /// A message to the peer had sent all it was granted and waited for
+    /// more since `changed_at`.
+    waited: bool,
+}
+
+impl UnschedWindow {
+    /// The unscheduled bytes for a new message to the peer.
+    #[inline]
+    pub fn get(&self, p: &WindowParams) -> u32 {
+        if self.bytes == 0 {
+            p.static_unsched
+        } else {
+            self.bytes
+        }
+    }
+
+    /// A message of `len` bytes, `unsched` of them unscheduled, starts.
+    #[inline]
+    pub fn on_message(&mut self, len: u32, unsched: u32) {
+        self.started += len as u64;
+        self.started_unsched += unsched as u64;
+    }
+
+    /// A message to the peer waited for grants.
+    #[inline]
+    pub fn on_wait(&mut self) {
+        self.waited = true;
+    }
+
+    /// Applies seed 003's rules after an RTT sample (`rtt` already holds
+    /// it): the window is at most the peer's bandwidth-delay product (and
+    /// starts there); once per smoothed RTT it is halved (not below a
+    /// packet) if the peer is congested, or if less than
+    /// `unsched_ratio_permille` of the bytes started since the last change
+    /// were unscheduled while a message waited for grants; otherwise it
+    /// grows by a packet.
+    pub fn update(
+        &mut self,
+        now: Time,
+        rtt: &RttEstimator,
+        p: &WindowParams,
+    ) -> Option<WindowChange> {
+        let min = rtt.min()?;
+        let ceiling = p.bdp(min);
+        if self.bytes == 0 {
+            self.bytes = ceiling;
+            self.restart(now);
+            return Some(WindowChange::Grown);
+        }
+        self.bytes = self.bytes.min(ceiling);
+        if now.saturating_sub(self.changed_at) < rtt.srtt().max(min) as u64 {
+            return None;
+        }
+        let low_ratio = self.waited
+            && self.started > 0
+            && self.started_unsched * 1000 < self.started * p.ratio_permille as u64;
+        let change = if rtt.congested() || low_ratio {
+            let half = (self.bytes / 2) / p.dpp * p.dpp;
+            self.bytes = half.max(p.dpp);
+            Some(if rtt.congested() {
+                WindowChange::CutCongested
+            } else {
+                WindowChange::CutRatio
+            })
+        } else if self.bytes < ceiling {
+            self.bytes = (self.bytes + p.dpp).min(ceiling);
+            Some(WindowChange::Grown)
+        } else {
+            None
+        };
+        self.restart(now);
+        change
+    }
+
+    /// Starts a new period of observation.
+    fn restart(&mut self, now: Time) {
+        self.changed_at = now;
+        self.started = 0;
+        self.started_unsched = 0;
+        self.waited = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 25 Gbps, 1416-byte packets: 10 µs is 31,250 bytes, 23 packets.
+    fn params() -> WindowParams {
+        WindowParams::new(&Config::default())
+    }
+
+    #[test]
+    fn windows_are_whole_packets_of_the_measured_rtt() {
+        let p = params();
+        assert_eq!(p.bdp(10_000), 23 * 1416);
+        assert_eq!(p.grant_window(Some(10_000)), 67 * 1416); // 93,750 B
+        assert_eq!(
+            p.grant_window(None),
+            Config::default().effective_grant_window()
+        );
+        // At least a packet, at most the largest message.
+        assert_eq!(p.bdp(0), 1416);
+        assert_eq!(p.grant_window(Some(u32::MAX)), 1_000_000);
+        // A longer RTT, a larger window.
+        assert!(p.grant_window(Some(40_000)) > p.grant_window(Some(2_000)));
+    }
+
+    fn sampled(e: &mut RttEstimator, now: Time, rtt: u32) {
+        let latest = crate::rtt::Threshold {
+            factor: 8,
+            smoothed: false,
+        };
+        e.sample(now, rtt, 1_000_000_000, latest);
+    }
+
+    #[test]
+    fn halves_under_congestion_and_grows_back_a_packet_per_rtt() {
+        let p = params();
+        let mut w = UnschedWindow::default();
+        let mut e = RttEstimator::default();
+        assert_eq!(w.get(&p), p.static_unsched());
+        sampled(&mut e, 0, 10_000);
+        assert_eq!(w.update(0, &e, &p), Some(WindowChange::Grown));
+        assert_eq!(w.get(&p), 23 * 1416);
+        // Congested: halved once per smoothed RTT, not per sample.
+        let mut t = 0;
+        let mut cuts = 0;
+        for _ in 0..100 {
+            t += 5_000;
+            sampled(&mut e, t, 100_000);
+            if let Some(c) = w.update(t, &e, &p) {
+                assert_eq!(c, WindowChange::CutCongested);
+                cuts += 1;
+            }
+        }
+        assert!((2..20).contains(&cuts), "{cuts} cuts");
+        assert_eq!(w.get(&p), 1416, "floored at one packet");
+        // Uncongested again: one packet per RTT, up to the BDP.
+        let mut grown = 0;
+        for _ in 0..2000 {
+            t += 5_000;
+            sampled(&mut e, t, 10_000);
+            if w.update(t, &e, &p) == Some(WindowChange::Grown) {
+                grown += 1;
+            }
+        }
+        assert_eq!(grown, 22);
+        assert_eq!(w.get(&p), 23 * 1416);
+    }
+
+    #[test]
+    fn halves_when_mostly_scheduled_bytes_wait_for_grants() {
+        let p = params();
+        let mut w = UnschedWindow::default();
+        let mut e = RttEstimator::default();
+        sampled(&mut e, 0, 10_000);
+        w.update(0, &e, &p);
+        let full = w.get(&p);
+        // 30% unscheduled, but nothing waited: no cut.
+        w.on_message(100_000, 30_000);
+        sampled(&mut e, 20_000, 10_000);
+        assert_eq!(w.update(20_000, &e, &p), None);
+        // 30% unscheduled and a message waited: cut.
+        w.on_message(100_000, 30_000);
+        w.on_wait();
+        sampled(&mut e, 40_000, 10_000);
+        assert_eq!(w.update(40_000, &e, &p), Some(WindowChange::CutRatio));
+        assert_eq!(w.get(&p), full / 2 / 1416 * 1416);
+        // 50% unscheduled with waiting: grows.
+        w.on_message(100_000, 50_000);
+        w.on_wait();
+        sampled(&mut e, 60_000, 10_000);
+        assert_eq!(w.update(60_000, &e, &p), Some(WindowChange::Grown));
+    }
+
+    #[test]
+    fn a_shorter_path_clamps_the_window_at_once() {
+        let p = params();
+        let mut w = UnschedWindow::default();
+        let mut e = RttEstimator::default();
+        sampled(&mut e, 0, 40_000);
+        w.update(0, &e, &p);
+        assert_eq!(w.get(&p), p.bdp(40_000));
+        sampled(&mut e, 1, 4_000);
+        w.update(1, &e, &p);
+        assert_eq!(w.get(&p), p.bdp(4_000));
+    }
+}

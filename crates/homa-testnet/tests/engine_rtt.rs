@@ -1,0 +1,237 @@
+//! Per-peer RTT, congestion detection and adaptive windows
+//! (`docs/congestion.md`) on the deterministic test network: what an
+//! endpoint measures follows the network (not the peer's service time), a
+//! jump above 8 × `rtt_min` is seen at once, and adaptive windows shrink,
+//! recover and grow with the path's RTT.
+
+use bytes::Bytes;
+use homa_proto::{Config, PeerRtt, RpcId, WindowPolicy};
+use homa_testnet::{pattern, EngineNet, Fabric, HostId, Reply, TestApp};
+
+const US: u64 = 1_000;
+const MS: u64 = 1_000_000;
+
+/// `n` hosts on one 25 Gbps switch (1 µs links, 250 ns switching: a small
+/// RPC's round trip is about 5 µs), every endpoint with `cfg`.
+fn star(n: usize, cfg: Config, reply: Reply) -> EngineNet<TestApp> {
+    let fabric = Fabric::star(n, 25_000_000_000, US, 250).with_seed(3);
+    EngineNet::uniform(fabric, cfg, |_| TestApp::new(reply)).unwrap()
+}
+
+fn measuring() -> Config {
+    Config::default()
+        .with_measure_rtt(true)
+        .with_resend_interval_ns(MS / 2)
+        .with_rpc_timeout_ns(100 * MS)
+}
+
+fn adaptive() -> Config {
+    measuring().with_window_policy(WindowPolicy::Adaptive)
+}
+
+/// What host `h` knows of the path to host `peer`.
+fn rtt(net: &EngineNet<TestApp>, h: HostId, peer: HostId) -> PeerRtt {
+    net.endpoint(h)
+        .peer_rtt(net.addr(peer))
+        .expect("a known peer")
+}
+
+/// Host `c` sends `len` bytes to `s` and waits for the answer.
+fn rpc(net: &mut EngineNet<TestApp>, c: HostId, s: HostId, len: usize) -> RpcId {
+    let id = net.send_request(c, s, pattern(len, 1)).unwrap();
+    let limit = net.now() + 50 * MS;
+    assert!(
+        net.run_until_cond(limit, |n| n.app(c).finished_at(id).is_some()),
+        "rpc {id:?} did not finish"
+    );
+    id
+}
+
+/// Host 0 asks host 1, which answers after `hold` ns.
+fn held_rpc(net: &mut EngineNet<TestApp>, hold: u64) -> RpcId {
+    let id = net.send_request(0, 1, pattern(100, 1)).unwrap();
+    let limit = net.now() + MS;
+    assert!(net.run_until_cond(limit, |n| !n.app(1).unanswered.is_empty()));
+    let sent_at = net.now();
+    net.run_for(hold);
+    let held = net.app_mut(1).unanswered.pop().unwrap();
+    net.send_response(1, held, Bytes::from_static(b"late"))
+        .unwrap();
+    let limit = net.now() + 10 * MS;
+    assert!(net.run_until_cond(limit, |n| n.app(0).finished_at(id).is_some()));
+    assert!(net.now() - sent_at >= hold);
+    id
+}
+
+/// A server that holds a request for 800 µs before answering does not
+/// inflate its client's RTT sample: the server advances its echo by the
+/// hold time (wire format version 4). A hold beyond `max_echo_hold_ns`
+/// (1 ms) gives no sample at all.
+#[test]
+fn hold_time_is_left_out_of_rtt_samples() {
+    // No RESENDs while the server holds the request: the response's echo
+    // is the only one that spans the hold.
+    let cfg = measuring().with_resend_interval_ns(50 * MS);
+    let mut net = star(2, cfg, Reply::Manual);
+    held_rpc(&mut net, 800 * US);
+    let r = rtt(&net, 0, 1);
+    assert!(r.samples >= 1);
+    // The round trip of a small packet is about 5 µs; without the hold
+    // correction this sample would be over 800 µs.
+    assert!(r.rtt_recent < 10 * US as u32, "{r:?}");
+    assert_eq!(r.rtt_min, Some(r.rtt_recent));
+    assert!(net.endpoint(0).peer_rtt_min(net.addr(1)).unwrap() < 10 * US);
+    // Held 3 ms: the response echoes nothing, so no sample.
+    held_rpc(&mut net, 3 * MS);
+    assert_eq!(rtt(&net, 0, 1), r);
+    assert_eq!(net.endpoint(0).metrics().congestion_onsets, 0);
+}
+
+/// A path whose RTT jumps above 8 × its minimum (the client's receive
+/// path gets 60 µs slower) is congested from the first sample that shows
+/// it, and no longer once the delay is gone.
+#[test]
+fn an_rtt_above_eight_times_the_minimum_is_congestion_within_a_sample() {
+    let mut net = star(2, measuring(), Reply::Echo);
+    for _ in 0..20 {
+        rpc(&mut net, 0, 1, 100);
+    }
+    let before = rtt(&net, 0, 1);
+    let min = before.rtt_min.unwrap();
+    assert!(min < 10 * US as u32 && !before.congested, "{before:?}");
+    // The smoothed values settle near the minimum on a quiet path.
+    assert!(before.srtt < 2 * min, "{before:?}");
+
+    net.fabric_mut().set_host_rx_delay(0, 60 * US);
+    let mut samples_to_detect = None;
+    for _ in 0..5 {
+        rpc(&mut net, 0, 1, 100);
+        let r = rtt(&net, 0, 1);
+        if r.congested {
+            samples_to_detect = Some(r.samples - before.samples);
+            break;
+        }
+    }
+    let n = samples_to_detect.expect("congestion detected");
+    assert!(n <= 3, "took {n} samples");
+    let r = rtt(&net, 0, 1);
+    assert!(r.rtt_recent > 8 * min, "{r:?}");
+    assert_eq!(r.rtt_min, Some(min), "a congested path keeps its minimum");
+    assert_eq!(net.endpoint(0).metrics().congestion_onsets, 1);
+
+    net.fabric_mut().set_host_rx_delay(0, 0);
+    rpc(&mut net, 0, 1, 100);
+    rpc(&mut net, 0, 1, 100);
+    assert!(!rtt(&net, 0, 1).congested);
+    // Static windows: congestion is reported, the windows do not move.
+    assert_eq!(net.endpoint(0).metrics().unsched_window_cuts, 0);
+    let static_unsched = Config::default().effective_unsched_bytes();
+    assert_eq!(rtt(&net, 0, 1).unsched_window, static_unsched);
+}
+
+/// Under adaptive windows the client's unscheduled window for the server
+/// is the path's bandwidth-delay product; congestion halves it (down to a
+/// packet), and it grows back a packet per RTT once the path is quiet.
+#[test]
+fn the_unscheduled_window_shrinks_under_congestion_and_recovers() {
+    let mut net = star(2, adaptive(), Reply::Fixed(100));
+    for _ in 0..10 {
+        rpc(&mut net, 0, 1, 100);
+    }
+    let quiet = rtt(&net, 0, 1);
+    let dpp = Config::default().max_data_per_packet() as u32;
+    let bdp = (quiet.rtt_min.unwrap() as u64 * 25_000_000_000 / 8_000_000_000) as u32;
+    assert_eq!(
+        quiet.unsched_window,
+        bdp.div_ceil(dpp).max(1) * dpp,
+        "{quiet:?}"
+    );
+    assert!(quiet.unsched_window > dpp);
+
+    net.fabric_mut().set_host_rx_delay(0, 100 * US);
+    for _ in 0..20 {
+        rpc(&mut net, 0, 1, 100);
+    }
+    let congested = rtt(&net, 0, 1);
+    assert!(congested.congested);
+    assert_eq!(congested.unsched_window, dpp, "{congested:?}");
+    assert!(net.endpoint(0).metrics().unsched_window_cuts >= 2);
+
+    net.fabric_mut().set_host_rx_delay(0, 0);
+    let mut rpcs = 0;
+    while rtt(&net, 0, 1).unsched_window < quiet.unsched_window {
+        rpc(&mut net, 0, 1, 100);
+        rpcs += 1;
+        assert!(rpcs < 500, "no recovery: {:?}", rtt(&net, 0, 1));
+    }
+    let packets = quiet.unsched_window / dpp;
+    // A packet per smoothed RTT: at least one RPC per step.
+    assert!(rpcs >= packets - 1, "recovered in {rpcs} RPCs");
+    // And a message after recovery goes with the full window unscheduled:
+    // no grant needed for one BDP of bytes.
+    let grants_before = net.endpoint(1).metrics().grants_sent;
+    rpc(&mut net, 0, 1, quiet.unsched_window as usize);
+    assert_eq!(net.endpoint(1).metrics().grants_sent, grants_before);
+}
+
+/// A server with a near client (2 µs away) and a far one (40 µs more on
+/// the far client's receive path) gives the far one the larger grant
+/// window, and each client's unscheduled window follows its own path.
+#[test]
+fn a_peer_with_a_longer_rtt_gets_larger_windows() {
+    let mut net = star(3, adaptive(), Reply::Fixed(100));
+    net.fabric_mut().set_host_rx_delay(2, 40 * US);
+    for _ in 0..5 {
+        rpc(&mut net, 1, 0, 100);
+        rpc(&mut net, 2, 0, 100);
+    }
+    let near = rtt(&net, 0, 1);
+    let far = rtt(&net, 0, 2);
+    let (near_min, far_min) = (near.rtt_min.unwrap(), far.rtt_min.unwrap());
+    assert!(far_min > near_min + 35 * US as u32, "{near:?} {far:?}");
+    assert!(far.grant_window > 4 * near.grant_window, "{near:?} {far:?}");
+    // Seed 003: 3 × rtt_min at the link rate, in whole packets.
+    let dpp = Config::default().max_data_per_packet() as u64;
+    let expect = |min: u32| {
+        let bytes = 3 * min as u64 * 25_000_000_000 / 8_000_000_000;
+        (bytes.div_ceil(dpp) * dpp) as u32
+    };
+    assert_eq!(near.grant_window, expect(near_min));
+    assert_eq!(far.grant_window, expect(far_min));
+    // The clients' unscheduled windows for the server: their own BDPs.
+    let (near_c, far_c) = (rtt(&net, 1, 0), rtt(&net, 2, 0));
+    assert!(
+        far_c.unsched_window > 4 * near_c.unsched_window,
+        "{near_c:?} {far_c:?}"
+    );
+}
+
+/// The larger window is used: a far client's 1 MB request completes much
+/// sooner under adaptive windows than under the static 20 µs one, which
+/// cannot cover a 45 µs path.
+#[test]
+fn a_far_peer_fills_the_link_with_adaptive_windows() {
+    let run = |cfg: Config| {
+        let mut net = star(2, cfg, Reply::Fixed(100));
+        net.fabric_mut().set_host_rx_delay(0, 40 * US);
+        // A first exchange gives both sides a sample.
+        rpc(&mut net, 0, 1, 100);
+        let start = net.now();
+        let id = rpc(&mut net, 0, 1, 1_000_000);
+        let t = net.app(0).finished_at(id).unwrap() - start;
+        assert_eq!(net.fabric().stats().buffer_drops, 0);
+        (t, rtt(&net, 1, 0))
+    };
+    let (static_ns, s) = run(measuring());
+    let (adaptive_ns, a) = run(adaptive());
+    // Printed for docs/congestion.md (`-- --nocapture`).
+    eprintln!("1 MB request from a 45 us peer: static {static_ns} ns, adaptive {adaptive_ns} ns");
+    assert_eq!(s.grant_window, Config::default().effective_grant_window());
+    assert!(a.grant_window > 2 * s.grant_window, "{s:?} {a:?}");
+    // 1 MB at 25 Gbps is 320 µs of wire time (plus headers).
+    assert!(adaptive_ns < 500 * US, "adaptive took {adaptive_ns} ns");
+    assert!(
+        adaptive_ns * 10 < static_ns * 8,
+        "adaptive {adaptive_ns} ns, static {static_ns} ns"
+    );
+}

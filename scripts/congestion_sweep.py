@@ -3,7 +3,7 @@
 `homa sim --experiment rtt-mix|incast` for adaptive and static windows over
 seeds and prints one line per setting (means over seeds).
 
-    scripts/congestion_sweep.py rtt-mix 100000 [--seeds 1,2,3] [-- extra homa args]
+    scripts/congestion_sweep.py rtt-mix 100000 [--seeds 1,2,3] [--extra '--buffer-bytes 0']
     scripts/congestion_sweep.py incast 64000 --senders 32
 """
 import argparse, json, subprocess, sys, os
@@ -30,8 +30,9 @@ def main():
     ap.add_argument("--senders", type=int, default=32)
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--windows", default=None, help="comma list; default adaptive + static sweep")
-    ap.add_argument("extra", nargs="*")
+    ap.add_argument("--extra", default="", help="more homa sim options, space-separated")
     a = ap.parse_args()
+    a.extra = a.extra.split()
     seeds = [int(s) for s in a.seeds.split(",")]
     windows = a.windows.split(",") if a.windows else ["adaptive"] + statics(a.size)
     for w in windows:

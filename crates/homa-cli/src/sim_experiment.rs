@@ -38,6 +38,16 @@ pub struct ExperimentArgs {
     /// rtt-mix: hosts on the switch (default 16).
     #[arg(long)]
     pub hosts: Option<usize>,
+    /// Adaptive windows: grant window = this × rtt_min (engine default 3).
+    #[arg(long)]
+    pub rtt_grant_factor: Option<u32>,
+    /// Adaptive windows: congested above this × rtt_min (engine default 8).
+    #[arg(long)]
+    pub rtt_high_factor: Option<u32>,
+    /// Adaptive windows: congestion signal from the smoothed RTT above this
+    /// × rtt_min instead of the latest sample.
+    #[arg(long)]
+    pub smoothed_signal: Option<u32>,
     /// rtt-mix: measured span (default 20ms) after a 2 ms warm-up.
     #[arg(long)]
     pub span: Option<String>,
@@ -90,6 +100,7 @@ pub fn run(
             }
             spec.client_max = e.client_max;
             apply(&mut spec.setup, buffer_bytes, host_gbps, overcommit, seed);
+            knobs(e, &mut spec.setup);
             let r = run_rtt_mix(&spec);
             if json {
                 serde_json::to_string_pretty(&r)?
@@ -111,6 +122,7 @@ pub fn run(
             }
             spec.rounds = e.rounds.max(1);
             apply(&mut spec.setup, buffer_bytes, host_gbps, overcommit, seed);
+            knobs(e, &mut spec.setup);
             let r = run_incast(&spec);
             if json {
                 serde_json::to_string_pretty(&r)?
@@ -146,4 +158,10 @@ fn apply(
         s.overcommit = o.max(1);
     }
     s.seed = seed;
+}
+
+fn knobs(e: &ExperimentArgs, s: &mut homa_sim::experiment::Setup) {
+    s.rtt_grant_factor = e.rtt_grant_factor;
+    s.rtt_high_factor = e.rtt_high_factor;
+    s.smoothed_signal = e.smoothed_signal;
 }

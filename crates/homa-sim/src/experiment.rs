@@ -21,7 +21,7 @@
 
 use crate::topology::{Shape, Topology};
 use bytes::Bytes;
-use homa_proto::{Config, Event, NetworkProfile, RpcId, Time, WindowPolicy};
+use homa_proto::{Config, CongestionSignal, Event, NetworkProfile, RpcId, Time, WindowPolicy};
 use homa_testnet::net::{mix, PRIORITIES};
 use homa_testnet::{App, EngineNet, Fabric, HostCtx, HostId, Node};
 use rand::Rng;
@@ -177,6 +177,12 @@ pub struct Setup {
     pub max_packet_size: usize,
     pub overcommit: usize,
     pub seed: u64,
+    /// Adaptive-window settings (`None`: the engine's defaults):
+    /// `rtt_grant_factor`, `rtt_high_factor`, and the smoothed congestion
+    /// signal's factor (instead of the latest sample's).
+    pub rtt_grant_factor: Option<u32>,
+    pub rtt_high_factor: Option<u32>,
+    pub smoothed_signal: Option<u32>,
 }
 
 impl Setup {
@@ -195,6 +201,9 @@ impl Setup {
             max_packet_size: crate::topology::MTU_UDP_PAYLOAD,
             overcommit: 8,
             seed: 1,
+            rtt_grant_factor: None,
+            rtt_high_factor: None,
+            smoothed_signal: None,
         }
     }
 
@@ -244,6 +253,15 @@ impl Setup {
             c.window_policy = WindowPolicy::Adaptive;
             c.measure_rtt = true;
         }
+        if let Some(f) = self.rtt_grant_factor {
+            c.rtt_grant_factor = f;
+        }
+        if let Some(f) = self.rtt_high_factor {
+            c.rtt_high_factor = f;
+        }
+        if let Some(factor) = self.smoothed_signal {
+            c.congestion_signal = CongestionSignal::Smoothed { factor };
+        }
         c.checksum = false;
         c.discard_payload = true;
         c.pool_bytes = (1usize << 30).max(8 * max_len as usize);
@@ -278,6 +296,9 @@ impl Setup {
             engine_rtt_ns: config.rtt_ns,
             window: self.window,
             window_policy: format!("{:?}", config.window_policy),
+            rtt_grant_factor: config.rtt_grant_factor,
+            rtt_high_factor: config.rtt_high_factor,
+            congestion_signal: format!("{:?}", config.congestion_signal),
             unsched_bytes: config.effective_unsched_bytes(),
             grant_window: config.effective_grant_window(),
             overcommit: config.max_overcommit,
@@ -303,6 +324,9 @@ pub struct Params {
     pub engine_rtt_ns: u64,
     pub window: WindowSetting,
     pub window_policy: String,
+    pub rtt_grant_factor: u32,
+    pub rtt_high_factor: u32,
+    pub congestion_signal: String,
     /// Static (or, under adaptive windows, first-contact) windows.
     pub unsched_bytes: u32,
     pub grant_window: u32,

@@ -48,6 +48,10 @@ pub struct ExperimentArgs {
     /// × rtt_min instead of the latest sample.
     #[arg(long)]
     pub smoothed_signal: Option<u32>,
+    /// Receiver's cap on granted but unreceived bytes (default: overcommit
+    /// × the grant window; under adaptive windows the widest one served).
+    #[arg(long)]
+    pub max_incoming: Option<u64>,
     /// rtt-mix: measured span (default 20ms) after a 2 ms warm-up.
     #[arg(long)]
     pub span: Option<String>,
@@ -164,4 +168,5 @@ fn knobs(e: &ExperimentArgs, s: &mut homa_sim::experiment::Setup) {
     s.rtt_grant_factor = e.rtt_grant_factor;
     s.rtt_high_factor = e.rtt_high_factor;
     s.smoothed_signal = e.smoothed_signal;
+    s.max_incoming = e.max_incoming;
 }

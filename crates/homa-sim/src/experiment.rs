@@ -183,6 +183,8 @@ pub struct Setup {
     pub rtt_grant_factor: Option<u32>,
     pub rtt_high_factor: Option<u32>,
     pub smoothed_signal: Option<u32>,
+    /// `Config::max_incoming` (`None`: the engine's, overcommit × window).
+    pub max_incoming: Option<u64>,
 }
 
 impl Setup {
@@ -204,6 +206,7 @@ impl Setup {
             rtt_grant_factor: None,
             rtt_high_factor: None,
             smoothed_signal: None,
+            max_incoming: None,
         }
     }
 
@@ -259,6 +262,9 @@ impl Setup {
         if let Some(f) = self.rtt_high_factor {
             c.rtt_high_factor = f;
         }
+        if let Some(m) = self.max_incoming {
+            c.max_incoming = Some(m);
+        }
         if let Some(factor) = self.smoothed_signal {
             c.congestion_signal = CongestionSignal::Smoothed { factor };
         }
@@ -299,6 +305,7 @@ impl Setup {
             rtt_grant_factor: config.rtt_grant_factor,
             rtt_high_factor: config.rtt_high_factor,
             congestion_signal: format!("{:?}", config.congestion_signal),
+            max_incoming: config.max_incoming,
             unsched_bytes: config.effective_unsched_bytes(),
             grant_window: config.effective_grant_window(),
             overcommit: config.max_overcommit,
@@ -327,6 +334,7 @@ pub struct Params {
     pub rtt_grant_factor: u32,
     pub rtt_high_factor: u32,
     pub congestion_signal: String,
+    pub max_incoming: Option<u64>,
     /// Static (or, under adaptive windows, first-contact) windows.
     pub unsched_bytes: u32,
     pub grant_window: u32,

@@ -296,9 +296,7 @@ impl Setup {
             far_ns: self.delays.far_ns,
             rtt_near_near_ns: self.delays.pair_rtt_ns(t, 0, 2.min(t.n_hosts() - 1), mps),
             rtt_near_far_ns: self.delays.pair_rtt_ns(t, 0, 1, mps),
-            rtt_far_far_ns: self
-                .delays
-                .pair_rtt_ns(t, 1, 3.min(t.n_hosts() - 1), mps),
+            rtt_far_far_ns: self.delays.pair_rtt_ns(t, 1, 3.min(t.n_hosts() - 1), mps),
             engine_rtt_ns: config.rtt_ns,
             window: self.window,
             window_policy: format!("{:?}", config.window_policy),
@@ -928,10 +926,9 @@ pub fn run_incast(spec: &IncastSpec) -> IncastReport {
         setup.max_packet_size,
         setup.topology.overhead_bytes,
     );
-    let ideal_ns = crate::topology::tx_time(
-        wire * spec.senders as u64,
-        setup.topology.host_link_bps,
-    ) + setup.engine_rtt_ns();
+    let ideal_ns =
+        crate::topology::tx_time(wire * spec.senders as u64, setup.topology.host_link_bps)
+            + setup.engine_rtt_ns();
     let sh = shared.borrow();
     IncastReport {
         experiment: "incast",
@@ -1085,7 +1082,10 @@ mod tests {
             assert!(r.latency.count > 100, "{r:?}");
             assert_eq!(r.drops, 0);
             // Four hosts each receive about a link's worth at most.
-            assert!(r.goodput_gbps > 10.0 && r.goodput_gbps < 4.0 * 25.0, "{r:?}");
+            assert!(
+                r.goodput_gbps > 10.0 && r.goodput_gbps < 4.0 * 25.0,
+                "{r:?}"
+            );
             r
         };
         // Directly: during the run every client has exactly client_max
@@ -1141,7 +1141,10 @@ mod tests {
         // Unscheduled bytes go at the unscheduled levels (above the
         // scheduled ones).
         let (low, high) = down.drops_by_priority.split_at(4);
-        assert!(high.iter().sum::<u64>() > low.iter().sum::<u64>(), "{down:?}");
+        assert!(
+            high.iter().sum::<u64>() > low.iter().sum::<u64>(),
+            "{down:?}"
+        );
         assert!(down.max_queued_by_priority.iter().sum::<u64>() <= 64_000 * 8);
         let nic = r
             .drops_by_class

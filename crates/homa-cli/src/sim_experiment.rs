@@ -170,3 +170,43 @@ fn knobs(e: &ExperimentArgs, s: &mut homa_sim::experiment::Setup) {
     s.smoothed_signal = e.smoothed_signal;
     s.max_incoming = e.max_incoming;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        e: ExperimentArgs,
+    }
+
+    #[test]
+    fn options_parse_and_bad_ones_are_refused() {
+        let t = T::parse_from([
+            "x",
+            "--experiment",
+            "incast",
+            "--senders",
+            "64",
+            "--message-size",
+            "500000",
+            "--host-delays",
+            "2us,40us",
+        ]);
+        assert_eq!(t.e.experiment.as_deref(), Some("incast"));
+        assert_eq!((t.e.senders, t.e.message_size), (64, 500_000));
+        let bad =
+            |e: &ExperimentArgs, window: &str| run(e, Some(window), None, None, None, 1, true);
+        assert!(bad(&t.e, "static:x").is_err());
+        let mut e = T::parse_from(["x", "--experiment", "bogus"]).e;
+        assert!(bad(&e, "adaptive").is_err());
+        e.experiment = Some("incast".into());
+        e.senders = 0;
+        assert!(bad(&e, "adaptive").is_err());
+        e.experiment = Some("rtt-mix".into());
+        e.host_delays = Some("far".into());
+        assert!(bad(&e, "adaptive").is_err());
+    }
+}

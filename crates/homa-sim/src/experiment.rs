@@ -304,6 +304,7 @@ impl Setup {
             rtt_high_factor: config.rtt_high_factor,
             congestion_signal: format!("{:?}", config.congestion_signal),
             max_incoming: config.max_incoming,
+            unsched_priorities: config.unsched_priorities,
             unsched_bytes: config.effective_unsched_bytes(),
             grant_window: config.effective_grant_window(),
             overcommit: config.max_overcommit,
@@ -333,6 +334,9 @@ pub struct Params {
     pub rtt_high_factor: u32,
     pub congestion_signal: String,
     pub max_incoming: Option<u64>,
+    /// Levels of unscheduled packets (the top ones; the rest are
+    /// scheduled), from the fixed message size's priority plan.
+    pub unsched_priorities: u8,
     /// Static (or, under adaptive windows, first-contact) windows.
     pub unsched_bytes: u32,
     pub grant_window: u32,

@@ -12,6 +12,7 @@ mod opts;
 mod rate_bench;
 mod server;
 mod sim;
+mod sim_experiment;
 mod testbed;
 mod throughput_bench;
 

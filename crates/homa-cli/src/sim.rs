@@ -130,6 +130,9 @@ pub struct SimArgs {
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
+    /// Issue #20's experiments (`--experiment rtt-mix|incast`).
+    #[command(flatten)]
+    experiment: crate::sim_experiment::ExperimentArgs,
 }
 
 fn parse_duration(s: &str) -> Result<u64> {
@@ -291,6 +294,17 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
 }
 
 pub fn run(a: SimArgs) -> Result<()> {
+    if a.experiment.experiment.is_some() {
+        return crate::sim_experiment::run(
+            &a.experiment,
+            a.window.as_deref(),
+            a.buffer_bytes,
+            a.host_gbps,
+            a.overcommit.first().copied(),
+            a.seed.first().copied().unwrap_or(1),
+            a.json,
+        );
+    }
     let specs = specs(&a)?;
     for s in &specs {
         let (c, _) = s.engine_config();

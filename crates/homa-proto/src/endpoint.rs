@@ -414,7 +414,7 @@ impl Endpoint {
                 self.grants.unsettle();
             }
         }
-        if let Some(WindowChange::CutCongested | WindowChange::CutRatio) =
+        if let Some(WindowChange::CutCongested | WindowChange::CutRatio | WindowChange::CutLoss) =
             path.unsched.update(now, &path.rtt, params)
         {
             self.metrics.unsched_window_cuts += 1;

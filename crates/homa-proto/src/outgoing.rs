@@ -585,11 +585,16 @@ impl Endpoint {
         let dpp = self.derived.data_per_packet() as u64;
         let rpc = &mut self.rpcs[key];
         rpc.heard(now);
+        let peer_key = rpc.peer_key;
         let Some(out) = rpc.out.as_mut() else {
             // Server still receiving the request or computing the response.
             self.control_for(key, ControlBody::Busy);
             return;
         };
+        if self.derived.adaptive() && r.offset < out.next_offset {
+            // Bytes we sent did not arrive (in time): the path lost them.
+            self.peers.path_mut(peer_key).unsched.on_loss();
+        }
         let want_end = (r.offset as u64 + r.length as u64).min(out.len as u64) as u32;
         // A RESEND implies a grant up to its end (the GRANT may have been lost).
         let regrant = want_end > out.granted;

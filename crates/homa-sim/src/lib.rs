@@ -10,6 +10,8 @@
 //!   best-case latency and RTT.
 //! * [`priorities`]: a workload as the engine's message sizes, for its
 //!   unscheduled priority plan (`homa_proto::priorities`).
+//! * [`experiment`]: issue #20's experiments (rtt-mix, incast): host
+//!   distances, closed-loop clients, drops per port class and priority.
 //! * [`sim`]: one run ([`sim::SimSpec`] in, [`sim::Report`] out).
 //! * [`report`]: tables, JSON, SVG, parallel sweeps.
 //! * [`steady`]: the steady-state window (warm-up, window, drain) and what
@@ -19,6 +21,7 @@
 //! Workloads, slowdown statistics and plots are `homa-workload`'s (the
 //! testbed shares them); the `crate::` paths below keep the modules' code
 //! as it was.
+pub mod experiment;
 pub mod priorities;
 pub mod report;
 pub mod sim;

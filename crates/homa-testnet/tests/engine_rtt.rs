@@ -235,3 +235,43 @@ fn a_far_peer_fills_the_link_with_adaptive_windows() {
         "adaptive {adaptive_ns} ns, static {static_ns} ns"
     );
 }
+
+/// With shallow switch buffers, loss comes before the RTT can rise to the
+/// congestion threshold; under adaptive windows a RESEND for bytes the
+/// client had sent (its second packet was lost) halves its unscheduled
+/// window for that server. Static windows do not move.
+#[test]
+fn a_lost_packet_halves_the_unscheduled_window() {
+    let lose_second_packet = |cfg: Config| {
+        let mut net = star(2, cfg, Reply::Fixed(100));
+        for _ in 0..10 {
+            rpc(&mut net, 0, 1, 100);
+        }
+        let before = rtt(&net, 0, 1);
+        assert_eq!(net.endpoint(0).metrics().unsched_window_cuts, 0);
+        // Three packets, all unscheduled; the second is lost on the
+        // client's link (faults are decided as a packet leaves the port).
+        let nic = net.fabric().host_nic(0).unwrap();
+        let id = net.send_request(0, 1, pattern(3 * 1400, 7)).unwrap();
+        let t = net.now();
+        net.run_until(t + 600);
+        net.fabric_mut()
+            .set_link_faults(nic, Some(homa_testnet::FaultConfig::loss(1.0)));
+        net.run_until(t + 1_000);
+        net.fabric_mut().set_link_faults(nic, None);
+        let limit = net.now() + 50 * MS;
+        assert!(net.run_until_cond(limit, |n| n.app(0).finished_at(id).is_some()));
+        assert!(net.endpoint(0).metrics().retransmitted_packets >= 1);
+        // Samples after the RESEND apply the cut (at most once per RTT).
+        for _ in 0..3 {
+            rpc(&mut net, 0, 1, 100);
+        }
+        (before, net.endpoint(0).metrics().unsched_window_cuts)
+    };
+    let (before, cuts) = lose_second_packet(adaptive());
+    assert!(!before.congested);
+    assert!(before.unsched_window > 3 * 1416, "{before:?}");
+    assert_eq!(cuts, 1);
+    let (_, cuts) = lose_second_packet(measuring());
+    assert_eq!(cuts, 0);
+}

@@ -305,7 +305,10 @@ mod tests {
         assert_eq!(PriorityPlan::compute(&s, 1_000, 2).unsched_priorities, 1);
         // Below one level's worth, one level stays one.
         let small = sizes(&[(1_000, 1.0), (10_000, 7.0)]);
-        assert_eq!(PriorityPlan::compute(&small, 1_000, 4).unsched_priorities, 1);
+        assert_eq!(
+            PriorityPlan::compute(&small, 1_000, 4).unsched_priorities,
+            1
+        );
     }
 
     #[test]

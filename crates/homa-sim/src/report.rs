@@ -4,9 +4,9 @@ use crate::plot::{render_svg, Series};
 use crate::sim::{run, Progress, Report, SimSpec};
 use crate::stats::{Group, SlowdownTable};
 use crate::steady::SteadyGroup;
+use std::fmt::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::fmt::Write;
 
 fn fmt_size(b: u32) -> String {
     crate::plot::size_label(b)

@@ -342,13 +342,12 @@ pub fn run_all(
     let results: Vec<Mutex<Option<Report>>> = specs.iter().map(|_| Mutex::new(None)).collect();
     std::thread::scope(|s| {
         for _ in 0..threads {
-            s.spawn(|| loop {
-                let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                    break;
-                };
-                let mut f = |p: Progress| progress(i, p);
-                let r = run(&specs[i], Some(&mut f));
-                *results[i].lock().unwrap() = Some(r);
+            s.spawn(|| {
+                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let mut f = |p: Progress| progress(i, p);
+                    let r = run(&specs[i], Some(&mut f));
+                    *results[i].lock().unwrap() = Some(r);
+                }
             });
         }
     });

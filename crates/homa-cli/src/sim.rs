@@ -76,17 +76,18 @@ pub struct SimArgs {
     #[arg(long, default_value = "uniform")]
     pattern: String,
     /// Measured messages per run (instead of the default steady-state window).
-    #[arg(long, conflicts_with_all = ["duration", "window"])]
+    #[arg(long, conflicts_with_all = ["duration", "measure_window"])]
     messages: Option<u64>,
     /// Simulated time to generate traffic for instead (e.g. 20ms, 1s, 500us,
     /// or ns), the --warmup fraction included.
-    #[arg(long, conflicts_with = "window")]
+    #[arg(long, conflicts_with = "measure_window")]
     duration: Option<String>,
     /// Length of the steady-state measurement window (the default mode when
     /// neither --messages nor --duration is given; default per workload:
     /// 20 transmission times of its largest message, at least 5 ms).
+    /// (`--window` is the window policy of `--experiment`.)
     #[arg(long)]
-    window: Option<String>,
+    measure_window: Option<String>,
     /// Fraction of the run at the start that is not measured (--messages, --duration).
     #[arg(long, default_value = "0.1")]
     warmup: f64,
@@ -193,7 +194,14 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
         (None, Some(m)) => Some(Stop::Messages(m)),
         (None, None) => None,
     };
-    let window = a.window.as_deref().map(parse_duration).transpose()?;
+    if a.experiment.window.is_some() {
+        bail!("--window is the window policy of --experiment; the steady-state window's length is --measure-window");
+    }
+    let window = a
+        .measure_window
+        .as_deref()
+        .map(parse_duration)
+        .transpose()?;
     if !(0.0..1.0).contains(&a.warmup) {
         bail!("--warmup must be in [0, 1)");
     }
@@ -297,7 +305,7 @@ pub fn run(a: SimArgs) -> Result<()> {
     if a.experiment.experiment.is_some() {
         return crate::sim_experiment::run(
             &a.experiment,
-            a.window.as_deref(),
+            a.experiment.window.as_deref(),
             a.buffer_bytes,
             a.host_gbps,
             a.overcommit.first().copied(),
@@ -449,7 +457,7 @@ mod tests {
             "x",
             "--workload",
             "w4",
-            "--window",
+            "--measure-window",
             "30ms",
             "--warmup-time",
             "5ms",

@@ -1,7 +1,7 @@
 //! `homa sim --experiment rtt-mix|incast`: issue #20's experiments
-//! (`homa_sim::experiment`, results in `docs/congestion.md`). With
-//! `--experiment`, `--window` is the window setting (`adaptive`, `static`,
-//! `static:BYTES`) rather than the steady-state window's length.
+//! (`homa_sim::experiment`, results in `docs/congestion.md`). `--window` is
+//! the window policy (`adaptive`, `static`, `static:BYTES`); the workload
+//! runs' steady-state window length is `--measure-window`.
 
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
@@ -14,11 +14,15 @@ use homa_sim::experiment::{
 pub struct ExperimentArgs {
     /// Run one of issue #20's experiments instead of a workload: rtt-mix
     /// (closed-loop clients, near and far hosts) or incast (rounds of N
-    /// senders into one receiver, shallow buffers). `--window` is then
-    /// adaptive, static or static:BYTES. Switch buffers default to 256 KB
-    /// per port (--buffer-bytes 0: unlimited).
+    /// senders into one receiver, shallow buffers). Switch buffers default
+    /// to 256 KB per port (--buffer-bytes 0: unlimited).
     #[arg(long)]
     pub experiment: Option<String>,
+    /// Window policy of the experiment: adaptive (per-peer windows from
+    /// measured RTTs), static (the engine's derived windows) or
+    /// static:BYTES (unscheduled bytes and grant window).
+    #[arg(long)]
+    pub window: Option<String>,
     /// Request size of every RPC (bytes).
     #[arg(long, default_value = "100000")]
     pub message_size: u32,

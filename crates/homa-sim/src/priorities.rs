@@ -48,10 +48,14 @@ mod tests {
     #[test]
     fn unscheduled_levels_can_be_forced() {
         let w = Workload::builtin("w3").unwrap();
-        assert_eq!(plan(&w, 8496, 4).unsched_priorities, 1);
-        let p = PriorityPlan::compute_with(&message_sizes(&w), 8496, 4, Some(2));
+        // Derived: 1.1 levels' worth of unscheduled bytes get two levels.
+        let p = plan(&w, 8496, 4);
         assert_eq!(p.unsched_priorities, 2);
         assert!(p.cutoffs[0] < u32::MAX && p.cutoffs[1] == u32::MAX);
+        // Forced below and above the derived count.
+        let p = PriorityPlan::compute_with(&message_sizes(&w), 8496, 4, Some(1));
+        assert_eq!(p.unsched_priorities, 1);
+        assert_eq!(p.cutoffs[0], u32::MAX);
         assert_eq!(
             PriorityPlan::compute_with(&message_sizes(&w), 8496, 4, Some(9)).unsched_priorities,
             4

@@ -47,13 +47,27 @@ fn done(net: &EngineNet<TestApp>, c: HostId, id: RpcId) -> u64 {
     net.app(c).finished_at(id).expect("finished")
 }
 
+/// What [`incast_on_host_1`] saw: host 0's hold of host 1 (length, the
+/// reported queueing delay, the end on the network's clock) and when the
+/// three messages finished.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    hold: u64,
+    queueing: u64,
+    held_until: u64,
+    finished: [u64; 3],
+}
+
 /// Host 1's receive path gets 60 µs slower (the reported one-way delay
 /// rises by 60 µs; T is 20 µs): host 0 holds host 1 for the excess, 40 µs.
 /// Messages to host 1 started meanwhile leave only after the hold, arrive
 /// intact and finish in the order they were sent; host 2 is not held.
-#[test]
-fn a_queueing_delay_above_t_holds_that_destination_for_the_excess() {
+/// Host `h`'s clock reads `offsets[h]` ahead of the network's.
+fn incast_on_host_1(offsets: [u64; 3]) -> Seen {
     let mut net = star(3, onramp(20 * US, MS));
+    for (h, &o) in offsets.iter().enumerate() {
+        net.set_clock_offset(h, o);
+    }
     for _ in 0..5 {
         rpc(&mut net, 0, 1, 100);
         rpc(&mut net, 0, 2, 100);
@@ -78,7 +92,9 @@ fn a_queueing_delay_above_t_holds_that_destination_for_the_excess() {
     net.fabric_mut().set_host_rx_delay(1, 0);
 
     let start = net.now();
-    assert!(s.held_until > start);
+    // On the network's clock.
+    let held_until = s.held_until - offsets[0];
+    assert!(held_until > start);
     let a = net.send_request(0, 1, pattern(20_000, 7)).unwrap();
     let b = net.send_request(0, 1, pattern(20_000, 8)).unwrap();
     let other = net.send_request(0, 2, pattern(20_000, 9)).unwrap();
@@ -90,14 +106,39 @@ fn a_queueing_delay_above_t_holds_that_destination_for_the_excess() {
     // Host 2 was never held: its message finished before host 1's hold
     // ended.
     assert!(!state(&net, 0, 2).held);
-    assert!(done(&net, 0, other) < s.held_until, "host 2 waited");
+    assert!(done(&net, 0, other) < held_until, "host 2 waited");
     // Host 1's messages left after the hold, intact, in order.
-    assert!(done(&net, 0, a) > s.held_until);
+    assert!(done(&net, 0, a) > held_until);
     assert!(done(&net, 0, a) <= done(&net, 0, b));
     assert_eq!(net.app(0).response(a).unwrap(), &pattern(20_000, 7)[..]);
     assert_eq!(net.app(0).response(b).unwrap(), &pattern(20_000, 8)[..]);
     assert!(!state(&net, 0, 1).held);
     assert_eq!(net.app(0).failures(), 0);
+    Seen {
+        hold: s.last_hold_ns,
+        queueing: s.queueing_ns,
+        held_until,
+        finished: [a, b, other].map(|id| done(&net, 0, id)),
+    }
+}
+
+#[test]
+fn a_queueing_delay_above_t_holds_that_destination_for_the_excess() {
+    incast_on_host_1([0; 3]);
+}
+
+/// Clocks 1 s apart, either way (the held host's ahead of the sender's or
+/// behind it), give the same holds at the same times: the offset is in
+/// every report and in the minimum alike.
+#[test]
+fn a_clock_offset_between_hosts_gives_the_same_decisions() {
+    // Clocks start at 1 µs, not 0: a clock reading 0 sends `send_time` 1
+    // (0 means "no timestamp" on the wire), which would move the first
+    // report, and so the minimum, by 1 ns.
+    let shared = incast_on_host_1([US; 3]);
+    let s = 1_000_000_000;
+    assert_eq!(incast_on_host_1([US, s, 3 * s]), shared);
+    assert_eq!(incast_on_host_1([s, US, 7 * US]), shared);
 }
 
 /// Reports of a one-way delay 5 ms above the minimum (as a forged or

@@ -3,6 +3,7 @@
 //! [`NetworkProfile`] so that no driver re-derives them. Every default and
 //! every formula is explained in `docs/protocol.md` §8.
 
+use crate::onramp::OnRampParams;
 use crate::priorities::{MessageSizes, PriorityPlan};
 use crate::rtt::Threshold;
 use crate::window::WindowParams;
@@ -196,6 +197,25 @@ pub struct Config {
     /// of their length while a message to it waited for grants (seed 003:
     /// 40%).
     pub unsched_ratio_permille: u32,
+    /// On-Ramp (issue #22, `docs/onramp.md`): hold a destination's DATA at
+    /// this sender while the one-way queueing delay it reports exceeds
+    /// [`Self::effective_onramp_threshold_ns`]. Off by default until a
+    /// measurement says it helps.
+    pub onramp: bool,
+    /// On-Ramp's threshold T (ns) on the reported queueing delay; `None`:
+    /// [`Self::effective_onramp_threshold_ns`] derives it from the link.
+    pub onramp_threshold_ns: Option<u64>,
+    /// The longest single On-Ramp hold (ns), so that a forged or stale
+    /// report cannot stall a destination; `None`:
+    /// [`Self::effective_onramp_max_hold_ns`].
+    pub onramp_max_hold_ns: Option<u64>,
+    /// Length (ns) of each of the two buckets over which the minimum
+    /// one-way delay to a peer is kept. The clock offset between two hosts
+    /// cancels in `owd − min`, but drift does not: the minimum may be up to
+    /// two windows old, so at a 50 ppm rate difference the queueing delay is
+    /// off by up to 2 × 10 ms × 50 ppm = 1 µs. Long against an incast (so
+    /// its queue does not become the minimum), short against drift.
+    pub onramp_owd_window_ns: u64,
 }
 
 /// Which RTT value signals congestion (`docs/congestion.md`).
@@ -337,6 +357,10 @@ impl Default for Config {
             congestion_signal: CongestionSignal::Latest,
             rtt_grant_factor: 3,
             unsched_ratio_permille: 400,
+            onramp: false,
+            onramp_threshold_ns: None,
+            onramp_max_hold_ns: None,
+            onramp_owd_window_ns: 10_000_000,
         }
     }
 }
@@ -421,6 +445,9 @@ pub const TOMBSTONE_RESEND_INTERVALS: u64 = 20;
 pub const MIN_RESEND_INTERVAL_NS: u64 = 1_000_000;
 /// The shortest derived RPC timeout (ns).
 pub const MIN_RPC_TIMEOUT_NS: u64 = 2_000_000_000;
+/// The default longest On-Ramp hold, in thresholds
+/// (`Config::effective_onramp_max_hold_ns`).
+pub const ONRAMP_MAX_HOLD_THRESHOLDS: u64 = 8;
 
 impl NetworkProfile {
     /// Bytes in one RTT at the link rate, rounded up to whole full packets'
@@ -657,6 +684,26 @@ impl Config {
             .unwrap_or_else(|| self.wire_time_ns(self.max_packet_size))
     }
 
+    /// On-Ramp's threshold T: `onramp_threshold_ns`, or when unset one RTT
+    /// (`rtt_ns`, the time to drain `rtt_bytes` at the link rate, at least
+    /// one full packet's wire time). Homa lets every sender put one RTT of
+    /// unscheduled bytes in flight, so one RTT of queue at a receiver's
+    /// downlink is what one new message makes on its own; more than that is
+    /// several senders at once, the transient On-Ramp is for.
+    pub fn effective_onramp_threshold_ns(&self) -> u64 {
+        self.onramp_threshold_ns
+            .unwrap_or_else(|| self.rtt_ns.max(self.wire_time_ns(self.max_packet_size)))
+    }
+    /// The longest single On-Ramp hold: `onramp_max_hold_ns`, or when unset
+    /// [`ONRAMP_MAX_HOLD_THRESHOLDS`] × the threshold (an incast of that
+    /// many RTTs' worth of queue is drained by one hold; beyond it, the
+    /// next report decides again).
+    pub fn effective_onramp_max_hold_ns(&self) -> u64 {
+        self.onramp_max_hold_ns.unwrap_or_else(|| {
+            ONRAMP_MAX_HOLD_THRESHOLDS.saturating_mul(self.effective_onramp_threshold_ns())
+        })
+    }
+
     /// Checks every field; the engine refuses an invalid configuration.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError(m));
@@ -728,6 +775,13 @@ impl Config {
         if self.rtt_min_window_ns == 0 {
             return bad("rtt_min_window_ns must be positive".into());
         }
+        if self.onramp
+            && (self.effective_onramp_threshold_ns() == 0
+                || self.effective_onramp_max_hold_ns() == 0
+                || self.onramp_owd_window_ns == 0)
+        {
+            return bad("onramp threshold, max hold and window must be positive".into());
+        }
         if self.grant_fifo_permille > 1000
             || self.pacer_fifo_permille > 1000
             || self.unsched_ratio_permille > 1000
@@ -765,6 +819,9 @@ impl Config {
             ("max_nic_queue_ns", self.max_nic_queue_ns.unwrap_or(0)),
             ("rtt_min_window_ns", self.rtt_min_window_ns),
             ("max_echo_hold_ns", self.max_echo_hold_ns),
+            ("onramp_threshold_ns", self.onramp_threshold_ns.unwrap_or(0)),
+            ("onramp_max_hold_ns", self.onramp_max_hold_ns.unwrap_or(0)),
+            ("onramp_owd_window_ns", self.onramp_owd_window_ns),
         ] {
             if v > DAY_NS {
                 return bad(format!("{name} {v} is over a day"));
@@ -816,6 +873,8 @@ pub(crate) struct Derived {
     congestion: Threshold,
     /// What adaptive windows are computed from.
     windows: WindowParams,
+    /// On-Ramp's parameters (`None`: off).
+    onramp: Option<OnRampParams>,
 }
 
 impl Derived {
@@ -835,7 +894,14 @@ impl Derived {
             cutoffs: config.cutoff_table(),
             congestion: Threshold::new(config),
             windows: WindowParams::new(config),
+            onramp: OnRampParams::new(config),
         }
+    }
+
+    /// On-Ramp's parameters, if it is on.
+    #[inline(always)]
+    pub fn onramp(&self) -> Option<&OnRampParams> {
+        self.onramp.as_ref()
     }
 
     /// When a peer is congested.

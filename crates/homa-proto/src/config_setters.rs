@@ -168,4 +168,13 @@ setters! {
     /// the bytes sent to a peer is below this per-mille while messages wait
     /// for grants.
     plain with_unsched_ratio_permille(unsched_ratio_permille: u32) = 400;
+    /// On-Ramp: hold a destination's DATA while the queueing delay it
+    /// reports exceeds the threshold (`docs/onramp.md`).
+    plain with_onramp(onramp: bool) = false;
+    /// On-Ramp's threshold T (ns); `None`: one RTT.
+    opt with_onramp_threshold_ns(onramp_threshold_ns: Option<u64>) = None;
+    /// The longest single On-Ramp hold (ns); `None`: 8 × T.
+    opt with_onramp_max_hold_ns(onramp_max_hold_ns: Option<u64>) = None;
+    /// Each of the two buckets of the minimum one-way delay (ns).
+    plain with_onramp_owd_window_ns(onramp_owd_window_ns: u64) = 10_000_000;
 }

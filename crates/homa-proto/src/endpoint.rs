@@ -235,6 +235,8 @@ pub struct Endpoint {
     pub(crate) metrics: Metrics,
     /// Tombstones' expiry queue and count (the ids are in `server_ids`).
     pub(crate) tombstones: Tombstones,
+    /// On-Ramp's held peers and parked messages (empty when it is off).
+    pub(crate) onramp: crate::onramp::OnRamp,
 }
 
 // The fields the calls after every input read (`poll_event`,
@@ -289,6 +291,7 @@ impl Endpoint {
             pool_waiters: PoolWaiters::default(),
             last_now: now,
             metrics: Metrics::default(),
+            onramp: crate::onramp::OnRamp::default(),
             config,
         };
         Ok(ep)
@@ -793,6 +796,9 @@ impl Endpoint {
             if let Some(rtt) = sample.filter(|_| self.derived.measure_rtt()) {
                 self.rtt_sample(now, pk, rtt);
             }
+            if self.derived.onramp().is_some() {
+                self.onramp_report(now, pk, c.send_time, c.echo_time);
+            }
         }
         pk
     }
@@ -879,7 +885,8 @@ impl Endpoint {
         let t = match self.pacer_deadline() {
             Some(p) => tick.min(p),
             None => tick,
-        };
+        }
+        .min(self.onramp.next_release);
         (t != Time::MAX).then_some(t)
     }
 

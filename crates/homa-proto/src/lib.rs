@@ -59,6 +59,7 @@ mod grants;
 mod incoming;
 mod landing;
 pub mod metrics;
+mod onramp;
 mod outgoing;
 mod pacer;
 mod peer;
@@ -88,6 +89,7 @@ pub use endpoint::{
 };
 pub use landing::LandingSite;
 pub use metrics::{DropReason, Metrics};
+pub use onramp::PeerOnRamp;
 pub use outgoing::Burst;
 pub use pool::{Message, BPAGE_SIZE};
 pub use priorities::{MessageSizes, PriorityPlan};

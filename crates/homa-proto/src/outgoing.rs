@@ -99,6 +99,13 @@ impl Endpoint {
     /// send, or takes it out if not, keyed by its current remaining bytes.
     pub(crate) fn requeue_out(&mut self, key: RpcKey) {
         self.unqueue_out(key);
+        if self.onramp_holds(self.rpcs[key].peer_key) {
+            // On-Ramp holds its destination: it waits outside the queue.
+            if self.rpcs[key].out.as_ref().is_some_and(|o| o.sendable()) {
+                self.onramp.park(key);
+            }
+            return;
+        }
         let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         if let Some(out) = rpc.out.as_mut() {
@@ -163,6 +170,7 @@ impl Endpoint {
             return Some(self.account(now, ptype, c.dest, priority, buf.len()));
         }
         self.note_time(now);
+        self.onramp_release(now);
         let pacer_open = self.pacer.is_open(now);
         if pacer_open {
             while let Some(key) = self.sends.retx_front() {

@@ -97,6 +97,8 @@ pub(crate) struct PeerPath {
     pub grant_window: u32,
     /// ...and the unscheduled bytes of our messages to it.
     pub unsched: UnschedWindow,
+    /// On-Ramp: the one-way delay to it and whether it is held.
+    pub onramp: crate::onramp::OnRampPath,
 }
 
 impl Peer {

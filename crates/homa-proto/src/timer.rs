@@ -106,6 +106,7 @@ impl Endpoint {
     pub fn handle_timeout(&mut self, now: Time) {
         self.note_time(now);
         self.run_deferred(now);
+        self.onramp_release(now);
         if !self.ticker.start(now) {
             return;
         }

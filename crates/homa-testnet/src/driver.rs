@@ -87,6 +87,9 @@ pub struct HostCtx<'a> {
     host: HostId,
     ep: Option<&'a mut Endpoint>,
     rng: &'a mut ChaCha8Rng,
+    /// The host's clock minus the network's (see
+    /// [`EngineNet::set_clock_offset`]).
+    clock_offset: Time,
 }
 
 impl<'a> HostCtx<'a> {
@@ -135,7 +138,7 @@ impl<'a> HostCtx<'a> {
     /// Starts an RPC to host `dst`.
     #[inline]
     pub fn send_request(&mut self, dst: HostId, request: Bytes) -> Result<RpcId, SendError> {
-        let now = self.net.now();
+        let now = self.net.now() + self.clock_offset;
         match self.ep.as_deref_mut() {
             Some(ep) => ep.send_request(now, host_addr(dst), request),
             None => Err(SendError::Shutdown),
@@ -143,7 +146,7 @@ impl<'a> HostCtx<'a> {
     }
     /// Answers a request.
     pub fn send_response(&mut self, rpc: ServerRpc, response: Bytes) -> Result<(), SendError> {
-        let now = self.net.now();
+        let now = self.net.now() + self.clock_offset;
         match self.ep.as_deref_mut() {
             Some(ep) => ep.send_response(now, rpc, response),
             None => Err(SendError::Shutdown),
@@ -203,6 +206,9 @@ struct EngineHost<A> {
     /// Last time `handle_timeout` ran (spin guard).
     handled_at: Option<Time>,
     rng: ChaCha8Rng,
+    /// The endpoint's clock minus the network's: the endpoint is given
+    /// `net.now() + clock_offset`, and its deadlines are taken back.
+    clock_offset: Time,
 }
 
 /// The [`Hosts`] implementation for endpoints plus applications.
@@ -266,6 +272,7 @@ impl<A: App> Engines<A> {
                 host: h,
                 ep: host.ep.as_mut(),
                 rng: &mut host.rng,
+                clock_offset: host.clock_offset,
             };
             host.app.on_event(&mut ctx, ev);
         }
@@ -274,12 +281,13 @@ impl<A: App> Engines<A> {
         };
         // Most pumps follow an input that queued nothing to send: those skip
         // the buffer handling of a poll that would find nothing.
-        let mut drained = self.skip_idle_polls && ep.poll_nothing_to_send(now);
+        let off = host.clock_offset;
+        let mut drained = self.skip_idle_polls && ep.poll_nothing_to_send(now + off);
         let mut burst = if drained { 0 } else { MAX_BURST };
         while burst > 0 {
             burst -= 1;
             let mut buf = net.take_buf();
-            match ep.poll_transmit(now, &mut buf) {
+            match ep.poll_transmit(now + off, &mut buf) {
                 Some(t) => {
                     self.stats.datagrams_out += 1;
                     buf.truncate(t.len);
@@ -301,7 +309,7 @@ impl<A: App> Engines<A> {
                 }
             }
         }
-        let deadline = ep.poll_timeout();
+        let deadline = ep.poll_timeout().map(|d| d.saturating_sub(off));
         self.poll_due[h] = if drained {
             deadline.unwrap_or(Time::MAX)
         } else {
@@ -350,6 +358,7 @@ impl<A: App> Engines<A> {
             host: h,
             ep: host.ep.as_mut(),
             rng: &mut host.rng,
+            clock_offset: host.clock_offset,
         };
         let r = f(&mut host.app, &mut ctx);
         self.pump(net, h);
@@ -380,7 +389,10 @@ impl<A: App> Engines<A> {
         host.incarnation += 1;
         let mut cfg = host.cfg.clone();
         cfg.rpc_id_seed = mix(cfg.rpc_id_seed ^ mix(host.incarnation ^ ((h as u64) << 32)));
-        host.ep = Some(Endpoint::new(cfg, net.now()).expect("configuration was valid at creation"));
+        host.ep = Some(
+            Endpoint::new(cfg, net.now() + host.clock_offset)
+                .expect("configuration was valid at creation"),
+        );
         host.handled_at = None;
         net.count_crash(true);
         net.set_host_up(h, true);
@@ -392,9 +404,10 @@ impl<A: App> Engines<A> {
 impl<A: App> Hosts for Engines<A> {
     fn deliver(&mut self, net: &mut Fabric, h: HostId, pkt: Packet) {
         let now = net.now();
+        let off = self.hosts[h].clock_offset;
         if let Some(ep) = self.hosts[h].ep.as_mut() {
             self.stats.datagrams_in += 1;
-            ep.handle_datagram(now, host_addr(pkt.src), &pkt.data);
+            ep.handle_datagram(now + off, host_addr(pkt.src), &pkt.data);
         }
         net.recycle(pkt.data);
         self.pump(net, h);
@@ -423,11 +436,12 @@ impl<A: App> Hosts for Engines<A> {
                     return;
                 }
                 host.timer_at = None;
+                let off = host.clock_offset;
                 let ep = host.ep.as_mut().expect("checked above");
-                match ep.poll_timeout() {
+                match ep.poll_timeout().map(|d| d.saturating_sub(off)) {
                     Some(d) if d <= now => {
                         self.stats.timeouts += 1;
-                        ep.handle_timeout(now);
+                        ep.handle_timeout(now + off);
                         host.handled_at = Some(now);
                     }
                     // Early (the deadline moved later since this event was
@@ -499,6 +513,7 @@ impl<A: App> EngineNet<A> {
                 timer_gen: 0,
                 handled_at: None,
                 rng: ChaCha8Rng::seed_from_u64(mix(fabric.seed() ^ mix(0xA99 ^ h as u64))),
+                clock_offset: 0,
             });
             fabric.schedule(now, h, KIND_START, 0);
         }
@@ -580,6 +595,17 @@ impl<A: App> EngineNet<A> {
     }
     pub fn driver_stats(&self) -> &DriverStats {
         &self.engines.stats
+    }
+
+    /// Host `h`'s clock reads `offset` ns ahead of the network's from now
+    /// on (hosts' clocks are not synchronised). Set it before any traffic:
+    /// the endpoint's clock jumps forward by the change, like a pause. Its
+    /// deadlines are converted back, so only what the endpoint sees of time
+    /// differs; applications keep the network's time.
+    pub fn set_clock_offset(&mut self, h: HostId, offset: Time) {
+        let host = &mut self.engines.hosts[h];
+        assert!(offset >= host.clock_offset, "a clock must not go back");
+        host.clock_offset = offset;
     }
 
     /// Runs `f` with host `h`'s app and context at the current time, then

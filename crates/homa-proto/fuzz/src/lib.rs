@@ -885,7 +885,14 @@ const MAX_EVENTS_PER_DRAIN: usize = 100_000;
 
 impl Harness {
     fn new(defer_acks: bool) -> Harness {
-        let cfg = engine_config().with_defer_acks(defer_acks);
+        // The second run also holds destinations (On-Ramp) on the scripts'
+        // timestamps, forged at will: holds must stay bounded and lose
+        // nothing.
+        let cfg = engine_config()
+            .with_defer_acks(defer_acks)
+            .with_onramp(defer_acks)
+            .with_onramp_threshold_ns(1_000)
+            .with_onramp_max_hold_ns(20_000);
         let ep = Endpoint::new(cfg.clone(), 0).expect("engine_config is valid");
         let segment = ep.new_send_buf(0).segment();
         Harness {

@@ -1,0 +1,380 @@
+//! On-Ramp (Liu et al., NSDI 2021; issue #22): a sender holds a
+//! destination's DATA at the edge while the one-way queueing delay the
+//! destination reports exceeds a threshold, so a transient overload waits in
+//! host memory instead of a switch queue (`docs/onramp.md`).
+//!
+//! It owns the per-peer one-way delay filter and hold state ([`OnRampPath`],
+//! in the peer's cold [`crate::peer::PeerPath`]) and the endpoint's list of
+//! held peers and parked messages ([`OnRamp`]). Off by default
+//! (`Config::onramp`); when off nothing here runs.
+
+use crate::config::Config;
+use crate::peer::PeerKey;
+use crate::rpc::RpcKey;
+use crate::time::Time;
+
+/// The parameters, derived once from the [`Config`] (`Config::onramp*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OnRampParams {
+    /// T: queueing delay (ns) above which a destination is held.
+    pub threshold_ns: u64,
+    /// The longest single hold (ns), whatever the report says.
+    pub max_hold_ns: u64,
+    /// Length (ns) of each half of the two-bucket windowed minimum of the
+    /// one-way delay.
+    pub window_ns: u64,
+}
+
+impl OnRampParams {
+    /// `None` when On-Ramp is off.
+    pub fn new(config: &Config) -> Option<OnRampParams> {
+        config.onramp.then(|| OnRampParams {
+            threshold_ns: config.effective_onramp_threshold_ns(),
+            max_hold_ns: config.effective_onramp_max_hold_ns(),
+            window_ns: config.onramp_owd_window_ns,
+        })
+    }
+}
+
+/// The one-way delay to a peer as its clock minus ours, and the hold state.
+///
+/// `owd` values are `arrival on the peer's clock − send time on ours`: the
+/// true delay plus an unknown, nearly constant clock offset, so only their
+/// differences mean anything. The minimum is kept over two consecutive
+/// buckets of `window_ns` (so over the last one to two windows): O(1), and
+/// a drifting offset is forgotten within two windows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OnRampPath {
+    /// Smallest `owd` of the current bucket (`i64::MAX`: none).
+    cur_min: i64,
+    /// Smallest `owd` of the bucket before (`i64::MAX`: none).
+    prev_min: i64,
+    /// When the current bucket started.
+    bucket_start: Time,
+    /// The latest queueing delay: `owd − min` (ns).
+    pub queueing_ns: u64,
+    /// The destination is held until this time (meaningful while `held`).
+    pub held_until: Time,
+    /// Whether the destination is held now; its messages are parked.
+    pub held: bool,
+    /// When the latest hold ended, and how long it was: a new hold may not
+    /// start before `released_at + last_hold` (see [`Self::sample`]).
+    pub released_at: Time,
+    pub last_hold: u64,
+}
+
+impl Default for OnRampPath {
+    fn default() -> OnRampPath {
+        OnRampPath {
+            cur_min: i64::MAX,
+            prev_min: i64::MAX,
+            bucket_start: 0,
+            queueing_ns: 0,
+            held_until: 0,
+            held: false,
+            released_at: 0,
+            last_hold: 0,
+        }
+    }
+}
+
+/// The one-way delay a packet from a peer reports, as its clock minus ours:
+/// the peer's `send_time` minus its `echo_time`. The peer built the echo as
+/// the latest `send_time` we sent it plus the time it held it (from its
+/// arrival to this packet's `send_time`, `docs/wire-format.md`), so the
+/// difference is that packet's arrival time on the peer's clock minus its
+/// send time on ours: the one-way delay the receiver measured, carried by
+/// two fields every packet has anyway. `None` if there is no echo.
+#[inline]
+pub(crate) fn reported_owd(send_time: u64, echo_time: u64) -> Option<i64> {
+    (echo_time != 0 && send_time != 0).then(|| send_time.wrapping_sub(echo_time) as i64)
+}
+
+impl OnRampPath {
+    /// The windowed minimum `owd`, if any sample was taken.
+    #[cfg(test)]
+    pub fn min(&self) -> Option<i64> {
+        let m = self.cur_min.min(self.prev_min);
+        (m != i64::MAX).then_some(m)
+    }
+
+    /// Takes a one-way delay report `owd` at `now` and returns the hold to
+    /// start (ns), if one should: when the queueing delay `owd − min`
+    /// exceeds T, for `queueing − T` (the natural reading of the paper's
+    /// rule: hold until the excess queue has drained at line rate; see
+    /// `docs/onramp.md`), at most `max_hold_ns`. A hold is not extended
+    /// while it runs, and after one ends a new one may start only when the
+    /// destination has been open as long as it was held, so that reports —
+    /// stale ones about packets sent before the hold, or forged ones — hold
+    /// a destination at most half of the time and never more than
+    /// `max_hold_ns` at once.
+    pub fn sample(&mut self, now: Time, owd: i64, p: &OnRampParams) -> Option<u64> {
+        if now.saturating_sub(self.bucket_start) >= p.window_ns {
+            // Two windows without a sample forget everything.
+            self.prev_min = if now.saturating_sub(self.bucket_start) >= 2 * p.window_ns {
+                i64::MAX
+            } else {
+                self.cur_min
+            };
+            self.cur_min = i64::MAX;
+            self.bucket_start = now;
+        }
+        self.cur_min = self.cur_min.min(owd);
+        let min = self.cur_min.min(self.prev_min);
+        self.queueing_ns = owd.saturating_sub(min).max(0) as u64;
+        if self.queueing_ns <= p.threshold_ns
+            || self.held
+            || now < self.released_at.saturating_add(self.last_hold)
+        {
+            return None;
+        }
+        let hold = (self.queueing_ns - p.threshold_ns).min(p.max_hold_ns);
+        self.held = true;
+        self.held_until = now.saturating_add(hold);
+        self.last_hold = hold;
+        Some(hold)
+    }
+
+    /// Ends the hold at `now`.
+    pub fn release(&mut self, now: Time) {
+        self.held = false;
+        self.released_at = now;
+    }
+}
+
+/// The endpoint's held destinations and the messages parked for them.
+/// Parked messages are out of the send queue (so the transmit path pays
+/// nothing for them) and go back into it, in SRPT order, when their
+/// destination is released.
+#[derive(Debug)]
+pub(crate) struct OnRamp {
+    /// Held peers and when each is released.
+    held: Vec<(Time, PeerKey)>,
+    /// Messages of held peers with bytes to send (no duplicates).
+    parked: Vec<RpcKey>,
+    /// The earliest release (`Time::MAX`: nothing held).
+    pub next_release: Time,
+}
+
+impl Default for OnRamp {
+    fn default() -> OnRamp {
+        OnRamp {
+            held: Vec::new(),
+            parked: Vec::new(),
+            next_release: Time::MAX,
+        }
+    }
+}
+
+impl OnRamp {
+    /// Peer `pk` is held until `until`.
+    pub fn hold(&mut self, pk: PeerKey, until: Time) {
+        self.held.push((until, pk));
+        self.next_release = self.next_release.min(until);
+    }
+
+    /// Parks message `key` (its destination is held).
+    pub fn park(&mut self, key: RpcKey) {
+        if !self.parked.contains(&key) {
+            self.parked.push(key);
+        }
+    }
+
+    /// The peers whose hold ends by `now` (removed from the held list), and
+    /// the messages parked so far (to requeue; those of peers still held
+    /// park again).
+    pub fn due(&mut self, now: Time) -> (Vec<PeerKey>, Vec<RpcKey>) {
+        let mut released = Vec::new();
+        self.held.retain(|&(until, pk)| {
+            let keep = until > now;
+            if !keep {
+                released.push(pk);
+            }
+            keep
+        });
+        self.next_release = self.held.iter().map(|h| h.0).min().unwrap_or(Time::MAX);
+        (released, std::mem::take(&mut self.parked))
+    }
+}
+
+/// What an endpoint's On-Ramp knows of one peer
+/// ([`crate::Endpoint::peer_onramp`]), for tests and reports. Times in ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerOnRamp {
+    /// The latest queueing delay the peer reported: its one-way delay minus
+    /// the windowed minimum.
+    pub queueing_ns: u64,
+    /// Whether the peer's DATA is held now.
+    pub held: bool,
+    /// Until when it is held (meaningful while `held`).
+    pub held_until: Time,
+    /// The latest hold's length.
+    pub last_hold_ns: u64,
+}
+
+impl crate::endpoint::Endpoint {
+    /// What On-Ramp knows of `peer` (`None`: unknown peer).
+    pub fn peer_onramp(&self, peer: std::net::SocketAddr) -> Option<PeerOnRamp> {
+        let key = self.peers.find(peer)?;
+        let o = &self.peers.path(key).onramp;
+        Some(PeerOnRamp {
+            queueing_ns: o.queueing_ns,
+            held: o.held,
+            held_until: o.held_until,
+            last_hold_ns: o.last_hold,
+        })
+    }
+
+    /// A packet from peer `pk` carried `send_time` and `echo_time`: with
+    /// On-Ramp on, the one-way delay they report may start a hold, which
+    /// parks every message to `pk` with bytes to send (a scan of the RPC
+    /// table, once per hold, not per packet).
+    #[inline]
+    pub(crate) fn onramp_report(&mut self, now: Time, pk: PeerKey, send_time: u64, echo_time: u64) {
+        let Some(&p) = self.derived.onramp() else {
+            return;
+        };
+        let Some(owd) = reported_owd(send_time, echo_time) else {
+            return;
+        };
+        let path = &mut self.peers.path_mut(pk).onramp;
+        if path.sample(now, owd, &p).is_none() {
+            return;
+        }
+        let until = path.held_until;
+        self.onramp.hold(pk, until);
+        for key in 0..self.rpcs.key_end() {
+            if !self.rpcs.is_live(key) || self.rpcs[key].peer_key != pk {
+                continue;
+            }
+            if self.rpcs[key]
+                .out
+                .as_ref()
+                .is_some_and(|o| o.queued.is_some())
+            {
+                self.unqueue_out(key);
+                self.onramp.park(key);
+            }
+        }
+    }
+
+    /// Ends the holds due by `now` and puts their parked messages back in
+    /// the send queue (SRPT order; each message's packets go in offset
+    /// order as always). One compare when nothing is due.
+    #[inline]
+    pub(crate) fn onramp_release(&mut self, now: Time) {
+        if now < self.onramp.next_release {
+            return;
+        }
+        let (released, parked) = self.onramp.due(now);
+        for pk in released {
+            if self.peers.is_live(pk) {
+                self.peers.path_mut(pk).onramp.release(now);
+            }
+        }
+        for key in parked {
+            if self.rpcs.is_live(key) {
+                self.requeue_out(key);
+            }
+        }
+    }
+
+    /// Whether messages to peer `pk` are held now (On-Ramp on).
+    #[inline]
+    pub(crate) fn onramp_holds(&self, pk: PeerKey) -> bool {
+        self.derived.onramp().is_some() && self.peers.path(pk).onramp.held
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: OnRampParams = OnRampParams {
+        threshold_ns: 10_000,
+        max_hold_ns: 100_000,
+        window_ns: 10_000_000,
+    };
+
+    #[test]
+    fn the_reported_owd_is_the_peers_arrival_minus_our_send_time() {
+        // We sent at 1000 (our clock); it arrived at 5_001_500 on the
+        // peer's clock (offset 5 ms, delay 500 ns); the peer held it 300 ns.
+        let echo = 1000 + 300;
+        let send = 5_001_500 + 300;
+        assert_eq!(reported_owd(send, echo), Some(5_000_500));
+        // A peer clock behind ours gives a negative value.
+        assert_eq!(reported_owd(100, 400), Some(-300));
+        assert_eq!(reported_owd(100, 0), None);
+    }
+
+    #[test]
+    fn a_queueing_delay_above_t_holds_for_the_excess_once() {
+        let mut p = OnRampPath::default();
+        assert_eq!(p.sample(0, -7_000, &P), None);
+        assert_eq!(p.sample(10, -7_000 + 10_000, &P), None); // exactly T
+        assert_eq!(p.sample(20, -7_000 + 35_000, &P), Some(25_000));
+        assert!(p.held && p.held_until == 25_020);
+        // Not extended while held.
+        assert_eq!(p.sample(30, 1_000_000, &P), None);
+        p.release(25_020);
+        // Not again before as long as the hold has passed.
+        assert_eq!(p.sample(40_000, 1_000_000, &P), None);
+        assert_eq!(p.sample(50_040, 1_000_000, &P), Some(P.max_hold_ns));
+    }
+
+    #[test]
+    fn the_minimum_is_forgotten_after_two_windows() {
+        let mut p = OnRampPath::default();
+        p.sample(0, 100, &P);
+        p.sample(P.window_ns, 500, &P);
+        assert_eq!(p.min(), Some(100));
+        p.sample(2 * P.window_ns, 500, &P);
+        assert_eq!(p.min(), Some(500));
+    }
+
+    /// A constant offset between the two clocks (1 s either way, or one
+    /// that makes the timestamps wrap) gives the same holds: it is in every
+    /// report and in the minimum alike.
+    #[test]
+    fn a_clock_offset_gives_the_same_decisions() {
+        // Our send times and the true one-way delays: quiet, an incast,
+        // quiet again, another.
+        let delays: Vec<(Time, u64)> = (0..400u64)
+            .map(|i| {
+                let q = match i {
+                    100..=120 => 30_000 + 1_000 * (i - 100),
+                    300..=305 => 80_000,
+                    _ => (i * 37) % 900,
+                };
+                (1_000 + i * 5_000, 2_000 + q)
+            })
+            .collect();
+        let decisions = |offset: u64| {
+            let mut p = OnRampPath::default();
+            let mut out = Vec::new();
+            for &(sent, owd) in &delays {
+                let arrival_peer = sent.wrapping_add(owd).wrapping_add(offset);
+                let hold_at_peer = 700;
+                let send = arrival_peer.wrapping_add(hold_at_peer);
+                let echo = sent.wrapping_add(hold_at_peer);
+                let now = sent + 2 * owd + hold_at_peer;
+                let r = reported_owd(send, echo).unwrap();
+                out.push((p.sample(now, r, &P), p.queueing_ns));
+                if p.held && now >= p.held_until {
+                    p.release(now);
+                }
+            }
+            out
+        };
+        let base = decisions(0);
+        assert!(base.iter().filter(|d| d.0.is_some()).count() >= 2);
+        for offset in [
+            1_000_000_000,
+            1_000_000_000u64.wrapping_neg(),
+            u64::MAX - 5_000,
+        ] {
+            assert_eq!(decisions(offset), base, "offset {offset}");
+        }
+    }
+}

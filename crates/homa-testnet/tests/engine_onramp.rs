@@ -1,0 +1,223 @@
+//! On-Ramp (issue #22, `docs/onramp.md`) on the deterministic test network:
+//! a destination whose reported queueing delay exceeds T is held for the
+//! excess and then released, its messages intact and in order; other
+//! destinations keep flowing; reports far above any real queue hold a
+//! destination at most `onramp_max_hold_ns` at a time; with no hold, On-Ramp
+//! changes nothing.
+
+use homa_proto::{Config, PeerOnRamp, RpcId};
+use homa_testnet::{pattern, EngineNet, Fabric, HostId, Reply, TestApp};
+
+const US: u64 = 1_000;
+const MS: u64 = 1_000_000;
+
+/// `n` hosts on one 25 Gbps switch (1 µs links, 250 ns switching).
+fn star(n: usize, cfg: Config) -> EngineNet<TestApp> {
+    let fabric = Fabric::star(n, 25_000_000_000, US, 250).with_seed(3);
+    EngineNet::uniform(fabric, cfg, |_| TestApp::new(Reply::Echo)).unwrap()
+}
+
+fn onramp(threshold: u64, max_hold: u64) -> Config {
+    Config::default()
+        .with_onramp(true)
+        .with_onramp_threshold_ns(threshold)
+        .with_onramp_max_hold_ns(max_hold)
+        .with_resend_interval_ns(MS / 2)
+        .with_rpc_timeout_ns(100 * MS)
+}
+
+fn state(net: &EngineNet<TestApp>, h: HostId, peer: HostId) -> PeerOnRamp {
+    net.endpoint(h)
+        .peer_onramp(net.addr(peer))
+        .expect("a known peer")
+}
+
+/// Host `c` sends `len` bytes to `s` and waits for the answer.
+fn rpc(net: &mut EngineNet<TestApp>, c: HostId, s: HostId, len: usize) -> RpcId {
+    let id = net.send_request(c, s, pattern(len, 1)).unwrap();
+    let limit = net.now() + 50 * MS;
+    assert!(
+        net.run_until_cond(limit, |n| n.app(c).finished_at(id).is_some()),
+        "rpc {id:?} did not finish"
+    );
+    id
+}
+
+fn done(net: &EngineNet<TestApp>, c: HostId, id: RpcId) -> u64 {
+    net.app(c).finished_at(id).expect("finished")
+}
+
+/// What [`incast_on_host_1`] saw: host 0's hold of host 1 (length, the
+/// reported queueing delay, the end on the network's clock) and when the
+/// three messages finished.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    hold: u64,
+    queueing: u64,
+    held_until: u64,
+    finished: [u64; 3],
+}
+
+/// Host 1's receive path gets 60 µs slower (the reported one-way delay
+/// rises by 60 µs; T is 20 µs): host 0 holds host 1 for the excess, 40 µs.
+/// Messages to host 1 started meanwhile leave only after the hold, arrive
+/// intact and finish in the order they were sent; host 2 is not held.
+/// Host `h`'s clock reads `offsets[h]` ahead of the network's.
+fn incast_on_host_1(offsets: [u64; 3]) -> Seen {
+    let mut net = star(3, onramp(20 * US, MS));
+    for (h, &o) in offsets.iter().enumerate() {
+        net.set_clock_offset(h, o);
+    }
+    for _ in 0..5 {
+        rpc(&mut net, 0, 1, 100);
+        rpc(&mut net, 0, 2, 100);
+    }
+    assert!(!state(&net, 0, 1).held);
+    assert!(
+        state(&net, 0, 1).queueing_ns < 2 * US,
+        "{:?}",
+        state(&net, 0, 1)
+    );
+
+    net.fabric_mut().set_host_rx_delay(1, 60 * US);
+    rpc(&mut net, 0, 1, 100);
+    let s = state(&net, 0, 1);
+    assert!(s.held, "{s:?}");
+    assert!(
+        (58 * US..=62 * US).contains(&s.queueing_ns),
+        "the report is the added delay: {s:?}"
+    );
+    assert_eq!(s.last_hold_ns, s.queueing_ns - 20 * US);
+    // The queue is gone; what was held is still to be released.
+    net.fabric_mut().set_host_rx_delay(1, 0);
+
+    let start = net.now();
+    // On the network's clock.
+    let held_until = s.held_until - offsets[0];
+    assert!(held_until > start);
+    let a = net.send_request(0, 1, pattern(20_000, 7)).unwrap();
+    let b = net.send_request(0, 1, pattern(20_000, 8)).unwrap();
+    let other = net.send_request(0, 2, pattern(20_000, 9)).unwrap();
+    let limit = net.now() + 10 * MS;
+    assert!(net.run_until_cond(limit, |n| {
+        [a, b].iter().all(|&id| n.app(0).finished_at(id).is_some())
+            && n.app(0).finished_at(other).is_some()
+    }));
+    // Host 2 was never held: its message finished before host 1's hold
+    // ended.
+    assert!(!state(&net, 0, 2).held);
+    assert!(done(&net, 0, other) < held_until, "host 2 waited");
+    // Host 1's messages left after the hold, intact, in order.
+    assert!(done(&net, 0, a) > held_until);
+    assert!(done(&net, 0, a) <= done(&net, 0, b));
+    assert_eq!(net.app(0).response(a).unwrap(), &pattern(20_000, 7)[..]);
+    assert_eq!(net.app(0).response(b).unwrap(), &pattern(20_000, 8)[..]);
+    assert!(!state(&net, 0, 1).held);
+    assert_eq!(net.app(0).failures(), 0);
+    Seen {
+        hold: s.last_hold_ns,
+        queueing: s.queueing_ns,
+        held_until,
+        finished: [a, b, other].map(|id| done(&net, 0, id)),
+    }
+}
+
+#[test]
+fn a_queueing_delay_above_t_holds_that_destination_for_the_excess() {
+    incast_on_host_1([0; 3]);
+}
+
+/// Clocks 1 s apart, either way (the held host's ahead of the sender's or
+/// behind it), give the same holds at the same times: the offset is in
+/// every report and in the minimum alike.
+#[test]
+fn a_clock_offset_between_hosts_gives_the_same_decisions() {
+    // Clocks start at 1 µs, not 0: a clock reading 0 sends `send_time` 1
+    // (0 means "no timestamp" on the wire), which would move the first
+    // report, and so the minimum, by 1 ns.
+    let shared = incast_on_host_1([US; 3]);
+    let s = 1_000_000_000;
+    assert_eq!(incast_on_host_1([US, s, 3 * s]), shared);
+    assert_eq!(incast_on_host_1([s, US, 7 * US]), shared);
+}
+
+/// Reports of a one-way delay 5 ms above the minimum (as a forged or
+/// broken peer could send; only `send_time − echo_time` matters) hold the
+/// destination at most `onramp_max_hold_ns` (50 µs) at a time, and open for
+/// as long after each hold: a 200 KB message still gets through, and no
+/// hold is longer than the bound.
+#[test]
+fn reports_far_above_any_queue_hold_at_most_the_bound() {
+    let max_hold = 50 * US;
+    // One 200 KB message through a 5 ms delay, On-Ramp on or off.
+    let transfer = |on: bool| {
+        let mut net = star(2, onramp(10 * US, max_hold).with_onramp(on));
+        for _ in 0..5 {
+            rpc(&mut net, 0, 1, 100);
+        }
+        net.fabric_mut().set_host_rx_delay(1, 5 * MS);
+        rpc(&mut net, 0, 1, 100);
+        let s = state(&net, 0, 1);
+        assert_eq!(s.held, on, "{s:?}");
+        let t = net.now();
+        let id = net.send_request(0, 1, pattern(200_000, 3)).unwrap();
+        let mut longest = 0;
+        let mut held_since = None;
+        let limit = t + 200 * MS;
+        while net.app(0).finished_at(id).is_none() {
+            assert!(net.now() < limit, "stalled");
+            net.run_for(US);
+            let s = state(&net, 0, 1);
+            match (s.held, held_since) {
+                (true, None) => held_since = Some(net.now()),
+                (false, Some(since)) => {
+                    longest = longest.max(net.now() - since);
+                    held_since = None;
+                }
+                _ => {}
+            }
+            assert!(s.last_hold_ns <= max_hold);
+        }
+        assert_eq!(net.app(0).response(id).unwrap(), &pattern(200_000, 3)[..]);
+        (net.now() - t, longest)
+    };
+    let (off, _) = transfer(false);
+    let (on, longest) = transfer(true);
+    // Observed in 1 µs steps.
+    assert!(
+        longest > 0 && longest <= max_hold + US,
+        "held {longest} ns at once"
+    );
+    // Held at most half of the time: at most twice as long (plus a hold).
+    assert!(
+        on <= 2 * off + max_hold,
+        "took {on} ns, {off} without On-Ramp"
+    );
+}
+
+/// With no report above T, On-Ramp changes no packet: the same traffic
+/// gives the same run, bit for bit, as with On-Ramp off.
+#[test]
+fn without_a_hold_onramp_changes_nothing() {
+    let run = |on: bool| {
+        let cfg = Config::default()
+            .with_onramp(on)
+            .with_onramp_threshold_ns(MS)
+            .with_resend_interval_ns(MS / 2)
+            .with_rpc_timeout_ns(100 * MS);
+        let mut net = star(3, cfg);
+        net.enable_trace(true);
+        for i in 0..10 {
+            let a = net.send_request(0, 1, pattern(30_000, i)).unwrap();
+            let b = net.send_request(2, 1, pattern(5_000, i)).unwrap();
+            let limit = net.now() + 50 * MS;
+            assert!(
+                net.run_until_cond(limit, |n| n.app(0).finished_at(a).is_some()
+                    && n.app(2).finished_at(b).is_some())
+            );
+        }
+        assert!(!state(&net, 0, 1).held);
+        net.digest()
+    };
+    assert_eq!(run(true), run(false));
+}

@@ -137,26 +137,11 @@ pub struct SimArgs {
 }
 
 fn parse_duration(s: &str) -> Result<u64> {
-    let s = s.trim();
-    let (num, mult) = if let Some(v) = s.strip_suffix("ms") {
-        (v, 1e6)
-    } else if let Some(v) = s.strip_suffix("us") {
-        (v, 1e3)
-    } else if let Some(v) = s.strip_suffix("ns") {
-        (v, 1.0)
-    } else if let Some(v) = s.strip_suffix('s') {
-        (v, 1e9)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .with_context(|| format!("bad duration {s:?}"))?;
-    if v.is_nan() || v <= 0.0 {
-        bail!("duration must be positive");
+    match homa_sim::experiment::parse_ns(s) {
+        None => bail!("bad duration {s:?} (e.g. 20ms, 1s, 500us, or ns)"),
+        Some(0) => bail!("duration must be positive"),
+        Some(ns) => Ok(ns),
     }
-    Ok((v * mult) as u64)
 }
 
 /// Every combination of the list-valued options.

@@ -104,7 +104,8 @@ impl HostDelays {
     }
 }
 
-/// Parses `40us`, `2ms`, `1.5us`, `500ns` or plain ns.
+/// Parses `1s`, `2ms`, `40us`, `1.5us`, `500ns` or plain ns (the
+/// simulator's one duration syntax, also `homa sim`'s).
 pub fn parse_ns(s: &str) -> Option<u64> {
     let s = s.trim();
     let (num, mult) = if let Some(v) = s.strip_suffix("ms") {
@@ -113,6 +114,8 @@ pub fn parse_ns(s: &str) -> Option<u64> {
         (v, 1e3)
     } else if let Some(v) = s.strip_suffix("ns") {
         (v, 1.0)
+    } else if let Some(v) = s.strip_suffix('s') {
+        (v, 1e9)
     } else {
         (s, 1.0)
     };

@@ -421,15 +421,7 @@ impl Fabric {
     /// Software delay added to every packet a host receives before it sees it.
     pub fn set_host_rx_delay(&mut self, h: HostId, ns: u64) {
         self.hosts[h].rx_delay_ns = ns;
-        for p in &mut self.ports {
-            if p.info.to == Node::Host(h) {
-                let tx = match p.info.from {
-                    Node::Host(f) => self.hosts[f].tx_delay_ns,
-                    Node::Switch(_) => 0,
-                };
-                p.arrive_delay = p.info.latency_ns + ns + tx;
-            }
-        }
+        self.refresh_arrive_delays(|_, to| to == Node::Host(h));
     }
 
     /// Fixed delay added to every packet a host sends, between the end of its
@@ -438,15 +430,32 @@ impl Fabric {
     /// occupying the link (HomaSimulation's output hook and NIC think time).
     pub fn set_host_tx_delay(&mut self, h: HostId, ns: u64) {
         self.hosts[h].tx_delay_ns = ns;
-        let nic = self.hosts[h].nic;
-        if nic != NONE {
-            let p = &self.ports[nic as usize];
-            let node_delay = match p.info.to {
-                Node::Switch(s) => self.switches[s].fwd_latency_ns,
-                Node::Host(t) => self.hosts[t].rx_delay_ns,
-            };
-            let delay = p.info.latency_ns + node_delay + ns;
-            self.ports[nic as usize].arrive_delay = delay;
+        self.refresh_arrive_delays(|from, _| from == Node::Host(h));
+    }
+
+    /// From the end of serialization on a link `from` → `to` to the packet's
+    /// arrival: the link's latency, the sending host's transmit delay and the
+    /// far node's forwarding latency or receive delay.
+    fn arrive_delay(&self, from: Node, to: Node, latency_ns: u64) -> u64 {
+        let tx = match from {
+            Node::Host(h) => self.hosts[h].tx_delay_ns,
+            Node::Switch(_) => 0,
+        };
+        let node = match to {
+            Node::Switch(s) => self.switches[s].fwd_latency_ns,
+            Node::Host(h) => self.hosts[h].rx_delay_ns,
+        };
+        latency_ns + tx + node
+    }
+
+    /// Recomputes `arrive_delay` of the links for which `which(from, to)`.
+    fn refresh_arrive_delays(&mut self, which: impl Fn(Node, Node) -> bool) {
+        for i in 0..self.ports.len() {
+            let info = &self.ports[i].info;
+            if which(info.from, info.to) {
+                let d = self.arrive_delay(info.from, info.to, info.latency_ns);
+                self.ports[i].arrive_delay = d;
+            }
         }
     }
 
@@ -476,13 +485,7 @@ impl Fabric {
             assert!(self.hosts[h].nic == NONE, "host {h} already has an uplink");
             self.hosts[h].nic = id as u32;
         }
-        let node_delay = match to {
-            Node::Switch(s) => self.switches[s].fwd_latency_ns,
-            Node::Host(h) => self.hosts[h].rx_delay_ns,
-        } + match from {
-            Node::Host(h) => self.hosts[h].tx_delay_ns,
-            Node::Switch(_) => 0,
-        };
+        let arrive_delay = self.arrive_delay(from, to, latency_ns);
         self.ports.push(Port {
             in_service: NONE,
             from_host: match from {
@@ -509,7 +512,7 @@ impl Fabric {
             } else {
                 0
             },
-            arrive_delay: latency_ns + node_delay,
+            arrive_delay,
             rate_bps,
             queues: [SlotList::EMPTY; PRIORITIES],
             prio: [PrioStat::default(); PRIORITIES],

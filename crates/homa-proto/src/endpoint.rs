@@ -283,7 +283,11 @@ impl Endpoint {
             split: Split::default(),
             events: VecDeque::new(),
             control: ControlQueue::default(),
-            sends: SendQueue::new(derived.data_per_packet(), config.pacer_fifo_permille),
+            sends: SendQueue::new(
+                derived.data_per_packet(),
+                config.pacer_fifo_permille,
+                derived.unsched_bytes(),
+            ),
             server_ids: ServerTable::default(),
             peers: Peers::default(),
             pool: Pool::new(config.pool_bytes),

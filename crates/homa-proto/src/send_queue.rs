@@ -43,6 +43,13 @@ pub(crate) struct SendQueue {
     fifo: FifoCredit,
     /// One turn of the FIFO share: a packet's payload.
     quantum: u64,
+    /// A message with at most this many bytes left to send (the
+    /// unscheduled window: it needs no grant) is never passed by a FIFO
+    /// turn. The share is there so that SRPT cannot starve a long message;
+    /// a short message at the head is no such threat, and two packets of
+    /// an old message ahead of it would add more to its latency than they
+    /// take off the old one's. The credit stays and is spent after it.
+    fifo_exempt_bytes: u32,
     /// The message whose new DATA the latest `poll_transmit` sent (chosen
     /// by SRPT or the FIFO share), so that `poll_transmit_burst` may go on
     /// with it.
@@ -52,8 +59,9 @@ pub(crate) struct SendQueue {
 
 impl SendQueue {
     /// An empty queue for packets of `data_per_packet` payload bytes that
-    /// gives `fifo_permille` of its bytes to the oldest message.
-    pub fn new(data_per_packet: u32, fifo_permille: u32) -> SendQueue {
+    /// gives `fifo_permille` of its bytes to the oldest message, except
+    /// while a message with at most `fifo_exempt_bytes` left heads it.
+    pub fn new(data_per_packet: u32, fifo_permille: u32, fifo_exempt_bytes: u32) -> SendQueue {
         SendQueue {
             srpt: SrptQueue::default(),
             by_age: SrptQueue::default(),
@@ -61,6 +69,7 @@ impl SendQueue {
             fifo: FifoCredit::default(),
             fifo_permille,
             quantum: FifoCredit::quantum(data_per_packet),
+            fifo_exempt_bytes,
             last_new: None,
         }
     }
@@ -105,13 +114,15 @@ impl SendQueue {
     }
 
     /// What goes next with the pacer open: the SRPT head, or the oldest
-    /// message if it is another one and the FIFO share's credit makes it
-    /// its turn. No side effects (see [`Self::spend_fifo_turn`]).
+    /// message if it is another one, the head is not short (more than
+    /// `fifo_exempt_bytes` left) and the FIFO share's credit makes it its
+    /// turn. No side effects (see [`Self::spend_fifo_turn`]).
     #[inline]
     pub fn choose(&self) -> Option<Choice> {
-        let &(_, _, first) = self.srpt.first()?;
+        let &(remaining, _, first) = self.srpt.first()?;
         let oldest = self.by_age.first().unwrap().1;
-        let fifo_turn = oldest != first && self.fifo.due(self.quantum);
+        let fifo_turn =
+            oldest != first && remaining > self.fifo_exempt_bytes && self.fifo.due(self.quantum);
         Some(Choice {
             key: if fifo_turn { oldest } else { first },
             first,
@@ -190,7 +201,7 @@ mod tests {
     #[test]
     fn srpt_first_and_the_oldest_on_the_fifo_shares_turn() {
         // 1,000-byte packets, 10% to the oldest: one turn per 10 packets.
-        let mut q = SendQueue::new(1_000, 100);
+        let mut q = SendQueue::new(1_000, 100, 0);
         assert!(q.is_empty() && q.head().is_none() && q.choose().is_none());
         q.insert(50_000, 1, 7); // oldest, longest
         assert_eq!(q.choose(), choice(7, 7, false));
@@ -225,7 +236,7 @@ mod tests {
 
     #[test]
     fn retransmissions_go_in_the_order_asked_and_the_burst_note_is_taken_once() {
-        let mut q = SendQueue::new(1_000, 0);
+        let mut q = SendQueue::new(1_000, 0, 0);
         q.push_retx(3);
         q.push_retx(1);
         assert!(q.has_retx() && !q.is_empty() && q.head().is_none());
@@ -244,5 +255,30 @@ mod tests {
             q.accrue_fifo(1_000);
         }
         assert_eq!(q.choose(), choice(2, 2, false));
+    }
+
+    #[test]
+    fn a_short_message_at_the_head_is_never_passed_by_a_fifo_turn() {
+        // 1,000-byte packets, 10% to the oldest; messages with at most
+        // 10,000 bytes left are short.
+        let mut q = SendQueue::new(1_000, 100, 10_000);
+        q.insert(5_000_000, 1, 7); // old and long
+        q.insert(60_000, 2, 8); // the SRPT head, long too
+        for _ in 0..20 {
+            q.accrue_fifo(1_000);
+        }
+        assert_eq!(q.choose(), choice(7, 8, true));
+        // A short message arrives: it goes first, and the credit waits.
+        q.insert(10_000, 3, 9);
+        assert_eq!(q.choose(), choice(9, 9, false));
+        q.update(10_000, 3, 9, 1_000);
+        assert_eq!(q.choose(), choice(9, 9, false));
+        q.remove(1_000, 3, 9);
+        // Once it is gone, the oldest gets the turn it had earned.
+        assert_eq!(q.choose(), choice(7, 8, true));
+        q.spend_fifo_turn();
+        assert_eq!(q.choose(), choice(7, 8, true));
+        q.spend_fifo_turn();
+        assert_eq!(q.choose(), choice(8, 8, false));
     }
 }

@@ -28,6 +28,11 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use thiserror::Error;
 
+/// Seed 003's `rtt_mid`: 3 × `rtt_min`, the level its deviation-based
+/// detector compares the average with; counted in
+/// `Metrics::rtt_samples_above_mid`.
+const RTT_MID_FACTOR: u64 = 3;
+
 /// Client-side identifier of an RPC (unique per client endpoint).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RpcId(pub u64);
@@ -404,6 +409,14 @@ impl Endpoint {
         let o = path.rtt.sample(now, rtt, window, threshold);
         if o.onset {
             self.metrics.congestion_onsets += 1;
+        }
+        if path.rtt.congested() {
+            self.metrics.rtt_samples_congested += 1;
+        }
+        if let Some(min) = path.rtt.min() {
+            if rtt as u64 > RTT_MID_FACTOR * min as u64 {
+                self.metrics.rtt_samples_above_mid += 1;
+            }
         }
         if !self.derived.adaptive() {
             return;

@@ -56,7 +56,8 @@ pub struct HomaOpts {
     /// max_server_rpcs_per_peer, max_peers; RTT and windows
     /// (docs/congestion.md): measure_rtt (0/1), adaptive_windows (0/1),
     /// rtt_high_factor, rtt_grant_factor, unsched_ratio_permille,
-    /// smoothed_signal (0: latest sample; F: smoothed RTT above F × rtt_min).
+    /// grant_covers_foreign_queue (0/1), smoothed_signal (0: latest
+    /// sample; F: smoothed RTT above F × rtt_min).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
 }
@@ -133,6 +134,7 @@ pub fn set_engine_param(c: &mut homa::EngineConfig, kv: &str) -> anyhow::Result<
         "rtt_high_factor" => c.rtt_high_factor = n as u32,
         "rtt_grant_factor" => c.rtt_grant_factor = n as u32,
         "unsched_ratio_permille" => c.unsched_ratio_permille = n as u32,
+        "grant_covers_foreign_queue" => c.grant_covers_foreign_queue = n != 0,
         // 0: the latest sample (seed 003's rule); F: srtt > F × rtt_min.
         "smoothed_signal" => {
             c.congestion_signal = match n {

@@ -197,6 +197,18 @@ pub struct Config {
     /// of their length while a message to it waited for grants (seed 003:
     /// 40%).
     pub unsched_ratio_permille: u32,
+    /// Under [`WindowPolicy::Adaptive`], a peer's grant window also covers
+    /// the queueing its smoothed RTT shows beyond `rtt_min` that this
+    /// receiver's own granted bytes do not explain (`srtt − rtt_min −`
+    /// granted-but-unreceived bytes at `link_bps`): a standing queue of
+    /// other traffic, such as TCP's in a switch queue Homa shares with it.
+    /// Without it a message gets a window sized for the empty path and
+    /// moves at window / (RTT + queue): a fraction of the link that
+    /// shrinks as the other traffic's queue grows (the coexistence
+    /// experiment, docs/congestion.md §8). The receiver's own incoming
+    /// bytes are subtracted so that its own queue (an incast of granted
+    /// bytes) does not widen its windows.
+    pub grant_covers_foreign_queue: bool,
     /// On-Ramp (issue #22, `docs/onramp.md`): hold a destination's DATA at
     /// this sender while the one-way queueing delay it reports exceeds
     /// [`Self::effective_onramp_threshold_ns`]. Off by default until a
@@ -357,6 +369,7 @@ impl Default for Config {
             congestion_signal: CongestionSignal::Latest,
             rtt_grant_factor: 3,
             unsched_ratio_permille: 400,
+            grant_covers_foreign_queue: true,
             onramp: false,
             onramp_threshold_ns: None,
             onramp_max_hold_ns: None,

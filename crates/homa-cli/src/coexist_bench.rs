@@ -34,7 +34,7 @@ pub struct CoexistArgs {
     #[arg(long, default_value_t = 1_000_000)]
     pub max_message: u32,
     /// Bulk TCP flows; flow f ends at Homa host f % hosts, from a host that
-    /// sends only TCP.
+    /// sends only TCP (0: Homa alone, a baseline).
     #[arg(long, default_value_t = 4)]
     pub tcp_flows: usize,
     /// The Homa engine's windows (RTT is measured under both).
@@ -196,7 +196,7 @@ mod tests {
         assert_eq!(d.window, homa::WindowPolicy::Static);
         assert_eq!(d.classes, Classes::Shared);
         assert!(Cli::try_parse_from(["t", "--window", "big"]).is_err());
-        assert!(Cli::parse_from(["t", "--tcp-flows", "0"])
+        assert!(Cli::parse_from(["t", "--tcp-flows", "65"])
             .a
             .config()
             .is_err());

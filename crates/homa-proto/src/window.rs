@@ -324,7 +324,7 @@ mod tests {
     /// granted bytes does not; and the setting turns it off.
     #[test]
     fn the_grant_window_covers_a_queue_the_receiver_did_not_make() {
-        let p = params();
+        let p = WindowParams::new(&Config::default().with_grant_covers_foreign_queue(true));
         let mut e = RttEstimator::default();
         sampled(&mut e, 0, 10_000);
         assert_eq!(p.foreign_queue_ns(&e, 0), 0, "srtt at the minimum");
@@ -349,7 +349,7 @@ mod tests {
         // ...half of that, half of it.
         let half = p.foreign_queue_ns(&e, 11_250_000_000);
         assert!(half.abs_diff(q / 2) <= 1, "{half} {q}");
-        let off = WindowParams::new(&Config::default().with_grant_covers_foreign_queue(false));
+        let off = params(); // the default: off
         assert_eq!(off.foreign_queue_ns(&e, 0), 0);
         assert_eq!(p.foreign_queue_ns(&RttEstimator::default(), 0), 0);
     }

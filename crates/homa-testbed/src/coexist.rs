@@ -66,7 +66,8 @@ pub struct CoexistConfig {
     /// hosts; priorities and the TCP class follow from [`Self::classes`],
     /// and the TCP senders are added to its hosts.
     pub bench: ClusterConfig,
-    /// TCP bulk flows; flow `f` ends at Homa host `f % H`.
+    /// TCP bulk flows; flow `f` ends at Homa host `f % H` (0: Homa alone,
+    /// the baseline of what its engines measure).
     pub tcp_flows: usize,
     /// The Homa engine's window policy (RTT is measured under both, so that
     /// static runs show what adaptive windows would have reacted to).
@@ -130,9 +131,9 @@ impl CoexistConfig {
     pub fn validate(&self) -> Result<()> {
         self.bench.validate()?;
         self.testbed().validate()?;
-        if self.tcp_flows == 0 || self.tcp_flows > 64 {
+        if self.tcp_flows > 64 {
             return Err(Error::config(format!(
-                "--tcp-flows {} must be 1..=64",
+                "--tcp-flows {} must be 0..=64",
                 self.tcp_flows
             )));
         }
@@ -592,8 +593,12 @@ mod tests {
         let t = c.testbed();
         assert_eq!((t.priorities, t.tcp_below), (8, true));
         assert!("both".parse::<Classes>().is_err());
-        c.tcp_flows = 0;
+        c.tcp_flows = 65;
         assert!(c.validate().is_err());
+        // No TCP: Homa alone, the baseline of what the engines measure.
+        c.tcp_flows = 0;
+        assert!(c.flows().is_empty());
+        assert_eq!(c.testbed().hosts, 4);
     }
 
     #[test]

@@ -101,6 +101,8 @@ fn an_rtt_above_eight_times_the_minimum_is_congestion_within_a_sample() {
     assert!(min < 10 * US as u32 && !before.congested, "{before:?}");
     // The smoothed values settle near the minimum on a quiet path.
     assert!(before.srtt < 2 * min, "{before:?}");
+    let m = net.endpoint(0).metrics();
+    assert_eq!((m.rtt_samples_congested, m.rtt_samples_above_mid), (0, 0));
 
     net.fabric_mut().set_host_rx_delay(0, 60 * US);
     let mut samples_to_detect = None;
@@ -118,6 +120,9 @@ fn an_rtt_above_eight_times_the_minimum_is_congestion_within_a_sample() {
     assert!(r.rtt_recent > 8 * min, "{r:?}");
     assert_eq!(r.rtt_min, Some(min), "a congested path keeps its minimum");
     assert_eq!(net.endpoint(0).metrics().congestion_onsets, 1);
+    // The samples that showed it are counted.
+    let m = net.endpoint(0).metrics();
+    assert!(m.rtt_samples_congested >= 1 && m.rtt_samples_above_mid >= m.rtt_samples_congested);
 
     net.fabric_mut().set_host_rx_delay(0, 0);
     rpc(&mut net, 0, 1, 100);
@@ -305,7 +310,7 @@ fn a_foreign_queue_widens_the_grant_window_until_it_goes() {
         }
         (quiet, queued, took, rtt(&net, 1, 0))
     };
-    let (quiet, queued, took, after) = run(adaptive());
+    let (quiet, queued, took, after) = run(adaptive().with_grant_covers_foreign_queue(true));
     assert_eq!(quiet.rtt_min, queued.rtt_min, "the minimum stays");
     assert!(queued.srtt > quiet.rtt_min.unwrap() + 90 * US as u32, "{queued:?}");
     // The path's RTT now (rtt_min + ~100 µs) at 25 Gbps: over 300 KB.
@@ -316,7 +321,7 @@ fn a_foreign_queue_widens_the_grant_window_until_it_goes() {
         "{quiet:?} {queued:?}"
     );
     assert_eq!(after.grant_window, quiet.grant_window, "{after:?}");
-    let (q0, q1, took_without, _) = run(adaptive().with_grant_covers_foreign_queue(false));
+    let (q0, q1, took_without, _) = run(adaptive());
     assert_eq!(q1.grant_window, q0.grant_window);
     // Printed for docs/congestion.md (`-- --nocapture`).
     eprintln!("500 KB request across a 100 us queue: covered {took} ns, not covered {took_without} ns");
@@ -329,7 +334,8 @@ fn a_foreign_queue_widens_the_grant_window_until_it_goes() {
 /// server's link is busy receiving them, so the queue is its own.
 #[test]
 fn the_receivers_own_queue_does_not_widen_its_grant_windows() {
-    let mut net = star(5, adaptive(), Reply::Fixed(100));
+    let cfg = adaptive().with_grant_covers_foreign_queue(true);
+    let mut net = star(5, cfg, Reply::Fixed(100));
     for c in 1..5 {
         for _ in 0..5 {
             rpc(&mut net, c, 0, 100);

@@ -286,7 +286,11 @@ impl CoexistReport {
             self.gbps,
             self.queue_packets
         );
-        let _ = writeln!(s, "{:>10} {:>7} {:>10} {:>10}", "max size", "count", "p50", "p99");
+        let _ = writeln!(
+            s,
+            "{:>10} {:>7} {:>10} {:>10}",
+            "max size", "count", "p50", "p99"
+        );
         for g in &self.deciles {
             let _ = writeln!(
                 s,
@@ -575,9 +579,23 @@ mod tests {
         c.tcp_flows = 6;
         let f = c.flows();
         assert_eq!(f.len(), 6);
-        assert_eq!(f[0], FlowSpec { sender: 4, receiver: 0 });
-        assert_eq!(f[5], FlowSpec { sender: 5, receiver: 1 });
-        assert!(f.iter().all(|f| f.receiver < 4 && f.sender == 4 + f.receiver));
+        assert_eq!(
+            f[0],
+            FlowSpec {
+                sender: 4,
+                receiver: 0
+            }
+        );
+        assert_eq!(
+            f[5],
+            FlowSpec {
+                sender: 5,
+                receiver: 1
+            }
+        );
+        assert!(f
+            .iter()
+            .all(|f| f.receiver < 4 && f.sender == 4 + f.receiver));
         assert_eq!(c.testbed().hosts, 8);
         c.tcp_flows = 2;
         assert_eq!(c.testbed().hosts, 6);

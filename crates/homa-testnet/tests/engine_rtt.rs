@@ -312,7 +312,10 @@ fn a_foreign_queue_widens_the_grant_window_until_it_goes() {
     };
     let (quiet, queued, took, after) = run(adaptive().with_grant_covers_foreign_queue(true));
     assert_eq!(quiet.rtt_min, queued.rtt_min, "the minimum stays");
-    assert!(queued.srtt > quiet.rtt_min.unwrap() + 90 * US as u32, "{queued:?}");
+    assert!(
+        queued.srtt > quiet.rtt_min.unwrap() + 90 * US as u32,
+        "{queued:?}"
+    );
     // The path's RTT now (rtt_min + ~100 µs) at 25 Gbps: over 300 KB.
     let min = quiet.rtt_min.unwrap() as u64;
     let across = (min + 95 * US) * 25_000_000_000 / 8_000_000_000;
@@ -324,7 +327,9 @@ fn a_foreign_queue_widens_the_grant_window_until_it_goes() {
     let (q0, q1, took_without, _) = run(adaptive());
     assert_eq!(q1.grant_window, q0.grant_window);
     // Printed for docs/congestion.md (`-- --nocapture`).
-    eprintln!("500 KB request across a 100 us queue: covered {took} ns, not covered {took_without} ns");
+    eprintln!(
+        "500 KB request across a 100 us queue: covered {took} ns, not covered {took_without} ns"
+    );
     // 500 KB is 160 µs of wire time; one window per 105 µs RTT is slower.
     assert!(took * 10 < took_without * 6, "{took} vs {took_without}");
 }
@@ -343,11 +348,20 @@ fn the_receivers_own_queue_does_not_widen_its_grant_windows() {
     }
     let base: Vec<u32> = (1..5).map(|c| rtt(&net, 0, c).grant_window).collect();
     let ids: Vec<_> = (1..5)
-        .map(|c| (c, net.send_request(c, 0, pattern(1_000_000, c as u64)).unwrap()))
+        .map(|c| {
+            (
+                c,
+                net.send_request(c, 0, pattern(1_000_000, c as u64))
+                    .unwrap(),
+            )
+        })
         .collect();
     let (mut widest, mut highest_srtt) = (0u32, 0u32);
     let limit = net.now() + 50 * MS;
-    while ids.iter().any(|&(c, id)| net.app(c).finished_at(id).is_none()) {
+    while ids
+        .iter()
+        .any(|&(c, id)| net.app(c).finished_at(id).is_none())
+    {
         assert!(net.now() < limit, "the requests did not finish");
         net.run_for(10 * US);
         for c in 1..5 {
@@ -357,7 +371,10 @@ fn the_receivers_own_queue_does_not_widen_its_grant_windows() {
         }
     }
     let min = rtt(&net, 0, 1).rtt_min.unwrap();
-    assert!(highest_srtt > 4 * min, "the incast queued: srtt {highest_srtt} ns, min {min} ns");
+    assert!(
+        highest_srtt > 4 * min,
+        "the incast queued: srtt {highest_srtt} ns, min {min} ns"
+    );
     let base_max = *base.iter().max().unwrap();
     assert!(
         widest <= base_max + base_max / 2,

@@ -105,9 +105,11 @@ fn set_congestion_control(s: &TcpStream, algorithm: &str) -> Result<String> {
 }
 
 fn tcp_info(s: &TcpStream) -> Option<libc::tcp_info> {
-    // SAFETY: tcp_info is plain old data; getsockopt fills at most `len`.
+    // SAFETY: tcp_info is plain old data, for which all zeroes is valid.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: getsockopt on a live socket writes at most `len` bytes into
+    // `info`, which is that long.
     let r = unsafe {
         libc::getsockopt(
             s.as_raw_fd(),

@@ -442,7 +442,8 @@ pub fn run_on(tb: &Testbed, cfg: &CoexistConfig) -> Result<CoexistReport> {
             &mut on_tick,
         )
     };
-    if tcp_at.len() < 2 {
+    // A phase cut short (clients failed) missed one edge or both.
+    while tcp_at.len() < 2 {
         tcp_at.push((Instant::now(), flows.received_by_flow()));
     }
     let tcp_congestion_control = flows.congestion_control.clone();

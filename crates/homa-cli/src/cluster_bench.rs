@@ -30,6 +30,9 @@ pub enum BenchCommand {
     Client(OpenLoopArgs),
     /// The whole experiment on the emulated testbed, with a report.
     Cluster(ClusterArgs),
+    /// Homa's workload next to bulk TCP flows sharing its receivers'
+    /// downlinks: static vs adaptive windows, shared vs split classes.
+    Coexist(Box<crate::coexist_bench::CoexistArgs>),
 }
 
 /// Options shared by the node commands that open Homa endpoints.
@@ -210,6 +213,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Client(a) => client(a),
         BenchCommand::Cluster(a) => cluster_cmd(a),
+        BenchCommand::Coexist(a) => crate::coexist_bench::run(*a),
     }
 }
 

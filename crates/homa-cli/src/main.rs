@@ -7,6 +7,7 @@
 
 mod client;
 mod cluster_bench;
+mod coexist_bench;
 mod echo_bench;
 mod opts;
 mod rate_bench;

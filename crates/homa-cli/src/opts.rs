@@ -53,7 +53,11 @@ pub struct HomaOpts {
     /// unsched_priorities, max_overcommit, max_incoming, max_nic_queue_ns,
     /// pacer_bypass_bytes, resend_interval_us, rpc_timeout_ms, tombstone_us,
     /// max_message_length, pool_mb, checksum (0/1), max_client_rpcs,
-    /// max_server_rpcs_per_peer, max_peers.
+    /// max_server_rpcs_per_peer, max_peers; RTT and windows
+    /// (docs/congestion.md): measure_rtt (0/1), adaptive_windows (0/1),
+    /// rtt_high_factor, rtt_grant_factor, unsched_ratio_permille,
+    /// grant_covers_foreign_queue (0/1), smoothed_signal (0: latest
+    /// sample; F: smoothed RTT above F × rtt_min).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
 }
@@ -119,6 +123,25 @@ pub fn set_engine_param(c: &mut homa::EngineConfig, kv: &str) -> anyhow::Result<
         "max_client_rpcs" => c.max_client_rpcs = n as usize,
         "max_server_rpcs_per_peer" => c.max_server_rpcs_per_peer = n as usize,
         "max_peers" => c.max_peers = n as usize,
+        "measure_rtt" => c.measure_rtt = n != 0,
+        "adaptive_windows" => {
+            c.window_policy = if n != 0 {
+                homa::WindowPolicy::Adaptive
+            } else {
+                homa::WindowPolicy::Static
+            }
+        }
+        "rtt_high_factor" => c.rtt_high_factor = n as u32,
+        "rtt_grant_factor" => c.rtt_grant_factor = n as u32,
+        "unsched_ratio_permille" => c.unsched_ratio_permille = n as u32,
+        "grant_covers_foreign_queue" => c.grant_covers_foreign_queue = n != 0,
+        // 0: the latest sample (seed 003's rule); F: srtt > F × rtt_min.
+        "smoothed_signal" => {
+            c.congestion_signal = match n {
+                0 => homa::CongestionSignal::Latest,
+                f => homa::CongestionSignal::Smoothed { factor: f as u32 },
+            }
+        }
         other => anyhow::bail!("unknown engine parameter {other:?}"),
     }
     Ok(())
@@ -165,6 +188,17 @@ mod tests {
         assert_eq!(c.rtt_ns, 15_000);
         assert!(!c.checksum);
         assert_eq!(c.pool_bytes, 8 << 20);
+        set_engine_param(&mut c, "adaptive_windows=1").unwrap();
+        set_engine_param(&mut c, "smoothed_signal=3").unwrap();
+        set_engine_param(&mut c, "rtt_high_factor=4").unwrap();
+        assert_eq!(c.window_policy, homa::WindowPolicy::Adaptive);
+        assert_eq!(
+            c.congestion_signal,
+            homa::CongestionSignal::Smoothed { factor: 3 }
+        );
+        assert_eq!(c.rtt_high_factor, 4);
+        set_engine_param(&mut c, "smoothed_signal=0").unwrap();
+        assert_eq!(c.congestion_signal, homa::CongestionSignal::Latest);
         assert!(set_engine_param(&mut c, "bogus=1").is_err());
         assert!(set_engine_param(&mut c, "rtt_us").is_err());
         assert!(set_engine_param(&mut c, "rtt_us=-1").is_err());

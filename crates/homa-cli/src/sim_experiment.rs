@@ -56,6 +56,10 @@ pub struct ExperimentArgs {
     /// × the grant window; under adaptive windows the widest one served).
     #[arg(long)]
     pub max_incoming: Option<u64>,
+    /// Adaptive windows: widen grant windows over a foreign standing queue
+    /// (`Config::grant_covers_foreign_queue`, off by default).
+    #[arg(long)]
+    pub foreign_queue_cover: bool,
     /// rtt-mix: measured span (default 20ms) after a 2 ms warm-up.
     #[arg(long)]
     pub span: Option<String>,
@@ -173,6 +177,9 @@ fn knobs(e: &ExperimentArgs, s: &mut homa_sim::experiment::Setup) {
     s.rtt_high_factor = e.rtt_high_factor;
     s.smoothed_signal = e.smoothed_signal;
     s.max_incoming = e.max_incoming;
+    if e.foreign_queue_cover {
+        s.grant_covers_foreign_queue = Some(true);
+    }
 }
 
 #[cfg(test)]

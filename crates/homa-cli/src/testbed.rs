@@ -55,6 +55,9 @@ pub struct UpArgs {
     /// Leave the hosts' own interfaces (their NICs) unshaped.
     #[arg(long)]
     pub no_uplink_shaping: bool,
+    /// Reserve each port's lowest class for TCP, below all of Homa's levels.
+    #[arg(long)]
+    pub tcp_below: bool,
     #[command(flatten)]
     pub prefix: PrefixArg,
 }
@@ -68,6 +71,7 @@ impl UpArgs {
             priorities: self.priorities,
             queue_packets: self.queue_packets,
             shape_uplinks: !self.no_uplink_shaping,
+            tcp_below: self.tcp_below,
         }
     }
 }

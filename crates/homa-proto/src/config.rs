@@ -197,6 +197,21 @@ pub struct Config {
     /// of their length while a message to it waited for grants (seed 003:
     /// 40%).
     pub unsched_ratio_permille: u32,
+    /// Under [`WindowPolicy::Adaptive`], a peer's grant window also covers
+    /// a standing queue of other traffic on its path (such as TCP's in a
+    /// switch queue Homa shares with it): the window becomes
+    /// `max(rtt_grant_factor × rtt_min, rtt_min + foreign queue)` at
+    /// `link_bps`, where the foreign queue is `srtt − rtt_min` times the
+    /// share of the link that this receiver's own DATA left idle over the
+    /// last RTT (its own incast keeps its link busy and so counts for
+    /// nothing). Without it a message gets a window sized for the empty
+    /// path and moves at window / (RTT + queue), a share of the link that
+    /// shrinks as the other traffic's queue grows (docs/congestion.md §8).
+    /// Off by default: on the testbed it doubles Homa's throughput next to
+    /// TCP but does not shorten its short messages' tail, and in the
+    /// simulator's 500 KB incast it triples the drops (losses idle the
+    /// link, which then looks foreign).
+    pub grant_covers_foreign_queue: bool,
     /// On-Ramp (issue #22, `docs/onramp.md`): hold a destination's DATA at
     /// this sender while the one-way queueing delay it reports exceeds
     /// [`Self::effective_onramp_threshold_ns`]. Off by default until a
@@ -357,6 +372,7 @@ impl Default for Config {
             congestion_signal: CongestionSignal::Latest,
             rtt_grant_factor: 3,
             unsched_ratio_permille: 400,
+            grant_covers_foreign_queue: false,
             onramp: false,
             onramp_threshold_ns: None,
             onramp_max_hold_ns: None,

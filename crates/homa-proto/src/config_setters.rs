@@ -168,6 +168,9 @@ setters! {
     /// the bytes sent to a peer is below this per-mille while messages wait
     /// for grants.
     plain with_unsched_ratio_permille(unsched_ratio_permille: u32) = 400;
+    /// Adaptive grant window: also cover the RTT's queueing beyond
+    /// `rtt_min` that the receiver's own granted bytes do not explain.
+    plain with_grant_covers_foreign_queue(grant_covers_foreign_queue: bool) = false;
     /// On-Ramp: hold a destination's DATA while the queueing delay it
     /// reports exceeds the threshold (`docs/onramp.md`).
     plain with_onramp(onramp: bool) = false;

@@ -28,6 +28,11 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use thiserror::Error;
 
+/// Seed 003's `rtt_mid`: 3 × `rtt_min`, the level its deviation-based
+/// detector compares the average with; counted in
+/// `Metrics::rtt_samples_above_mid`.
+const RTT_MID_FACTOR: u64 = 3;
+
 /// Client-side identifier of an RPC (unique per client endpoint).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RpcId(pub u64);
@@ -237,6 +242,9 @@ pub struct Endpoint {
     pub(crate) tombstones: Tombstones,
     /// On-Ramp's held peers and parked messages (empty when it is off).
     pub(crate) onramp: crate::onramp::OnRamp,
+    /// Adaptive windows: the rate at which this endpoint received DATA over
+    /// about the last RTT, which tells its own queue from a foreign one.
+    pub(crate) rx_rate: crate::window::RxRate,
 }
 
 // The fields the calls after every input read (`poll_event`,
@@ -273,6 +281,7 @@ impl Endpoint {
             .saturating_add(config.max_server_rpcs);
         let ep = Endpoint {
             grants: Grants::new(&config),
+            rx_rate: crate::window::RxRate::default(),
             pacer: Pacer::new(&config, now),
             ticker: Ticker::new(&config),
             derived,
@@ -409,12 +418,28 @@ impl Endpoint {
         if o.onset {
             self.metrics.congestion_onsets += 1;
         }
+        if path.rtt.congested() {
+            self.metrics.rtt_samples_congested += 1;
+        }
+        if let Some(min) = path.rtt.min() {
+            if rtt as u64 > RTT_MID_FACTOR * min as u64 {
+                self.metrics.rtt_samples_above_mid += 1;
+            }
+        }
         if !self.derived.adaptive() {
             return;
         }
         let params = self.derived.windows();
-        if o.min_changed {
-            let w = params.grant_window(path.rtt.min());
+        let path = self.peers.path_mut(pk);
+        let rx_bps = self.rx_rate.update(
+            now,
+            self.metrics.data_bytes_received,
+            path.rtt.srtt().max(path.rtt.min().unwrap_or(0)) as u64,
+        );
+        let queue_ns = params.foreign_queue_ns(&path.rtt, rx_bps);
+        if o.min_changed || queue_ns > 0 || path.covers_queue {
+            let w = params.grant_window_over_queue(path.rtt.min(), queue_ns);
+            path.covers_queue = queue_ns > 0;
             if w != path.grant_window {
                 path.grant_window = w;
                 // A grant pass may now grant more, or less.

@@ -131,6 +131,14 @@ pub struct Metrics {
     pub congestion_onsets: u64,
     /// Adaptive windows: times a peer's unscheduled window was halved.
     pub unsched_window_cuts: u64,
+    /// RTT samples after which their peer was congested (under the
+    /// default signal: samples above `rtt_high_factor` × `rtt_min`). With
+    /// [`Self::rtt_samples_above_mid`], says how far queues behind other
+    /// traffic (TCP's) push the samples: the coexistence experiment's
+    /// evidence (docs/congestion.md §8).
+    pub rtt_samples_congested: u64,
+    /// RTT samples above seed 003's `rtt_mid`, 3 × the peer's `rtt_min`.
+    pub rtt_samples_above_mid: u64,
 }
 
 impl Metrics {
@@ -185,6 +193,8 @@ impl Metrics {
             ("rtt_samples", self.rtt_samples),
             ("congestion_onsets", self.congestion_onsets),
             ("unsched_window_cuts", self.unsched_window_cuts),
+            ("rtt_samples_congested", self.rtt_samples_congested),
+            ("rtt_samples_above_mid", self.rtt_samples_above_mid),
         ];
         v.extend(plain.iter().map(|(n, x)| (n.to_string(), *x)));
         v

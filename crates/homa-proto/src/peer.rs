@@ -92,9 +92,14 @@ pub(crate) struct PeerPath {
     /// The peer's RTT.
     pub rtt: RttEstimator,
     /// Adaptive windows: the grant window of the peer's messages (0: none
-    /// computed yet, the static one applies), recomputed when `rtt_min`
-    /// changes rather than at every grant...
+    /// computed yet, the static one applies), recomputed at a sample when
+    /// `rtt_min` changes or a foreign queue is (or was) covered, rather
+    /// than at every grant...
     pub grant_window: u32,
+    /// ...whether it covers a foreign queue now
+    /// (`Config::grant_covers_foreign_queue`), so that it is recomputed
+    /// when the queue goes...
+    pub covers_queue: bool,
     /// ...and the unscheduled bytes of our messages to it.
     pub unsched: UnschedWindow,
     /// On-Ramp: the one-way delay to it and whether it is held.

@@ -26,6 +26,8 @@ pub(crate) struct WindowParams {
     max: u32,
     grant_factor: u32,
     ratio_permille: u32,
+    /// `Config::grant_covers_foreign_queue`.
+    cover_foreign_queue: bool,
 }
 
 impl WindowParams {
@@ -42,6 +44,7 @@ impl WindowParams {
                 .clamp(dpp, 1 << 30),
             grant_factor: config.rtt_grant_factor,
             ratio_permille: config.unsched_ratio_permille,
+            cover_foreign_queue: config.grant_covers_foreign_queue,
         }
     }
 
@@ -62,11 +65,49 @@ impl WindowParams {
     /// The grant window of a peer whose `rtt_min` is `rtt_min` (seed 003:
     /// `rtt_grant = 3 × rtt_min`, window = `rtt_grant` × link rate); the
     /// static window without a sample.
+    #[cfg(test)]
     pub fn grant_window(&self, rtt_min: Option<u32>) -> u32 {
+        self.grant_window_over_queue(rtt_min, 0)
+    }
+
+    /// The grant window across a standing queue of `queue_ns`: enough to
+    /// keep a message moving at the link rate over the path's current
+    /// round trip (`rtt_min + queue_ns`), and never less than
+    /// [`Self::grant_window`]. The factor's slack (3 × `rtt_min` already
+    /// covers 2 × `rtt_min` of queueing) keeps small delays from moving
+    /// the window at all.
+    pub fn grant_window_over_queue(&self, rtt_min: Option<u32>, queue_ns: u64) -> u32 {
         match rtt_min {
-            Some(m) => self.packets_of(m as u64 * self.grant_factor as u64),
+            Some(m) => {
+                let m = m as u64;
+                self.packets_of((m * self.grant_factor as u64).max(m + queue_ns))
+            }
             None => self.static_grant,
         }
+    }
+
+    /// The queueing (ns) on a peer's path that is not this receiver's own:
+    /// the smoothed RTT beyond `rtt_min`, times the share of our link that
+    /// our own DATA did not use over the last RTT (`rx_bps`, all peers).
+    /// A queue that our own traffic fills (an incast of our grants and
+    /// their unscheduled bytes) comes with our link busy receiving, so it
+    /// counts for nothing; one that other traffic fills leaves our receive
+    /// rate low while the RTT is high. "Busy" is [`BUSY_PERMILLE`] of
+    /// the link: payload never fills all of it (headers), and a small idle
+    /// share read as foreign would widen the windows of an incast, whose
+    /// wider windows make the queue longer. Zero unless
+    /// `Config::grant_covers_foreign_queue`.
+    pub fn foreign_queue_ns(&self, rtt: &RttEstimator, rx_bps: u64) -> u64 {
+        let Some(min) = rtt.min() else {
+            return 0;
+        };
+        if !self.cover_foreign_queue || self.link_bps == 0 {
+            return 0;
+        }
+        let busy = (self.link_bps as u128 * BUSY_PERMILLE / 1000).max(1);
+        let queue = (rtt.srtt() as u64).saturating_sub(min as u64) as u128;
+        let idle = busy.saturating_sub(rx_bps as u128);
+        (queue * idle / busy) as u64
     }
 
     #[cfg(test)]
@@ -76,6 +117,40 @@ impl WindowParams {
 
     pub fn static_grant(&self) -> u32 {
         self.static_grant
+    }
+}
+
+/// The share (per mille of `link_bps`) of DATA payload at which a
+/// receiver's link counts as busy with its own traffic
+/// ([`WindowParams::foreign_queue_ns`]): full packets carry 94-97% payload.
+const BUSY_PERMILLE: u128 = 900;
+
+/// The rate an endpoint received DATA at (payload, all peers), measured
+/// over intervals of about one RTT: [`WindowParams::foreign_queue_ns`]
+/// tells its own queue from other traffic's by it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RxRate {
+    /// Start of the current interval and the byte count then.
+    since: Time,
+    bytes_then: u64,
+    /// The rate over the last complete interval, bits per second.
+    bps: u64,
+}
+
+impl RxRate {
+    /// Notes the total `bytes` received by `now`; an interval closes once
+    /// it is `interval` ns long (the sampled peer's smoothed RTT). Returns
+    /// the rate of the last closed interval.
+    pub fn update(&mut self, now: Time, bytes: u64, interval: u64) -> u64 {
+        let dt = now.saturating_sub(self.since);
+        if self.since == 0 {
+            (self.since, self.bytes_then) = (now, bytes);
+        } else if dt >= interval.max(1) {
+            let db = bytes.saturating_sub(self.bytes_then) as u128;
+            self.bps = (db * 8_000_000_000 / dt as u128).min(u64::MAX as u128) as u64;
+            (self.since, self.bytes_then) = (now, bytes);
+        }
+        self.bps
     }
 }
 
@@ -241,6 +316,55 @@ mod tests {
             smoothed: false,
         };
         e.sample(now, rtt, 1_000_000_000, latest);
+    }
+
+    /// A standing queue the receiver did not make (srtt 100 µs above
+    /// `rtt_min`, nothing granted) widens the grant window by 100 µs at
+    /// the link rate; the same delay explained by the receiver's own
+    /// granted bytes does not; and the setting turns it off.
+    #[test]
+    fn the_grant_window_covers_a_queue_the_receiver_did_not_make() {
+        let p = WindowParams::new(&Config::default().with_grant_covers_foreign_queue(true));
+        let mut e = RttEstimator::default();
+        sampled(&mut e, 0, 10_000);
+        assert_eq!(p.foreign_queue_ns(&e, 0), 0, "srtt at the minimum");
+        for i in 1..60 {
+            sampled(&mut e, i * 1_000, 110_000);
+        }
+        let q = p.foreign_queue_ns(&e, 0);
+        assert!((99_000..=100_000).contains(&q), "{q}");
+        // The path's RTT now, 10 + ~100 µs, at 25 Gbps in whole packets.
+        let w = p.grant_window_over_queue(Some(10_000), q);
+        assert_eq!(w, p.bdp(10_000 + q as u32), "{w}");
+        assert!(w > 3 * p.grant_window(Some(10_000)), "{w}");
+        // A queue within 3 × rtt_min's slack leaves the window alone.
+        let base = p.grant_window(Some(10_000));
+        assert_eq!(p.grant_window_over_queue(Some(10_000), 0), base);
+        assert_eq!(p.grant_window_over_queue(Some(10_000), 20_000), base);
+        assert!(p.grant_window_over_queue(Some(10_000), 21_000) > base);
+        // Our own DATA filling our link (90% of it: payload) explains the
+        // whole delay...
+        assert_eq!(p.foreign_queue_ns(&e, 25_000_000_000), 0);
+        assert_eq!(p.foreign_queue_ns(&e, 22_500_000_000), 0);
+        // ...half of that, half of it.
+        let half = p.foreign_queue_ns(&e, 11_250_000_000);
+        assert!(half.abs_diff(q / 2) <= 1, "{half} {q}");
+        let off = params(); // the default: off
+        assert_eq!(off.foreign_queue_ns(&e, 0), 0);
+        assert_eq!(p.foreign_queue_ns(&RttEstimator::default(), 0), 0);
+    }
+
+    #[test]
+    fn the_receive_rate_is_measured_over_closed_intervals() {
+        let mut r = RxRate::default();
+        assert_eq!(r.update(1_000, 0, 10_000), 0);
+        // 5,000 bytes in 5 µs: the interval is still open.
+        assert_eq!(r.update(6_000, 5_000, 10_000), 0);
+        // 12,500 bytes in 10 µs: 10 Gbps.
+        assert_eq!(r.update(11_000, 12_500, 10_000), 10_000_000_000);
+        // Kept until the next interval closes.
+        assert_eq!(r.update(12_000, 20_000, 10_000), 10_000_000_000);
+        assert_eq!(r.update(21_000, 12_500, 10_000), 0);
     }
 
     #[test]

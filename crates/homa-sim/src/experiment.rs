@@ -188,6 +188,8 @@ pub struct Setup {
     pub smoothed_signal: Option<u32>,
     /// `Config::max_incoming` (`None`: the engine's, overcommit × window).
     pub max_incoming: Option<u64>,
+    /// `Config::grant_covers_foreign_queue` (`None`: the engine's, on).
+    pub grant_covers_foreign_queue: Option<bool>,
 }
 
 impl Setup {
@@ -210,6 +212,7 @@ impl Setup {
             rtt_high_factor: None,
             smoothed_signal: None,
             max_incoming: None,
+            grant_covers_foreign_queue: None,
         }
     }
 
@@ -270,6 +273,9 @@ impl Setup {
         }
         if let Some(factor) = self.smoothed_signal {
             c.congestion_signal = CongestionSignal::Smoothed { factor };
+        }
+        if let Some(on) = self.grant_covers_foreign_queue {
+            c.grant_covers_foreign_queue = on;
         }
         c.checksum = false;
         c.discard_payload = true;

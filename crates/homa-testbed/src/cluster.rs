@@ -148,7 +148,7 @@ const PAYLOAD_SHARE: f64 = 1472.0 / 1514.0;
 
 /// Base port of a transport's servers (each phase has its own, so a socket
 /// lingering from the previous phase never collides).
-fn base_port(t: Transport) -> u16 {
+pub(crate) fn base_port(t: Transport) -> u16 {
     match t {
         Transport::Homa => 4000,
         Transport::HomaNoprio => 4100,
@@ -259,14 +259,14 @@ fn server_ports(t: Transport, cfg: &ClusterConfig) -> usize {
     }
 }
 
-fn server_addrs(i: usize, t: Transport, ports: usize) -> Vec<SocketAddr> {
+pub(crate) fn server_addrs(i: usize, t: Transport, ports: usize) -> Vec<SocketAddr> {
     (0..ports)
         .map(|k| SocketAddr::new(IpAddr::V4(host_addr(i)), base_port(t) + k as u16))
         .collect()
 }
 
 /// Unloaded RTTs of `t` from host 0 to host 1 at `sizes`.
-fn probe_transport(
+pub(crate) fn probe_transport(
     tb: &Testbed,
     t: Transport,
     homa: &homa::EndpointConfig,
@@ -315,69 +315,28 @@ pub fn run_on(tb: &Testbed, cfg: &ClusterConfig) -> Result<ClusterReport> {
     std::thread::sleep(Duration::from_millis(500));
     let background = idle0.usage_until(&CpuSample::now());
 
-    // The engine's RTT: a one-packet echo on this testbed.
-    let mut bar = Bar::new("calibrate", Duration::from_secs(1), cfg.progress);
-    let (probe_cfg, _) = homa_config(cfg, 200_000);
-    let rtt_ns = match cfg.rtt_us {
-        Some(us) => us * 1000,
-        None => {
-            let p = probe_transport(
-                tb,
-                Transport::Homa,
-                &probe_cfg,
-                cfg,
-                vec![1400],
-                &payloads,
-                Duration::from_millis(300),
-            )?;
-            p[0].p50_ns
-        }
-    };
-    let (homa_cfg, plan) = homa_config(cfg, rtt_ns);
-    bar.finish(&format!("engine RTT {:.0} µs", rtt_ns as f64 / 1e3));
-
-    // Unloaded RTT per size, for Homa and TCP (homa-noprio is Homa unloaded).
-    let sizes = probe_sizes(&cfg.workload);
-    let mut probed: Vec<(Transport, Vec<ProbePoint>)> = Vec::new();
-    for t in [Transport::Homa, Transport::Tcp] {
-        let budget = Duration::from_millis(150);
-        let mut bar = Bar::new(
-            &format!("unloaded {t}"),
-            budget * sizes.len() as u32,
-            cfg.progress,
-        );
-        bar.update(&format!("{} sizes", sizes.len()));
-        let pts = probe_transport(tb, t, &homa_cfg, cfg, sizes.clone(), &payloads, budget)?;
-        bar.finish(&format!(
-            "{} sizes, smallest {:.0} µs",
-            pts.len(),
-            pts[0].p50_ns as f64 / 1e3
-        ));
-        probed.push((t, pts));
-    }
-    let baseline = Baseline::best_of(&probed.iter().map(|p| p.1.as_slice()).collect::<Vec<_>>());
-    let unloaded: Vec<UnloadedRow> = sizes
-        .iter()
-        .map(|&s| UnloadedRow {
-            size: s,
-            homa_us: probed[0]
-                .1
-                .iter()
-                .find(|p| p.size == s)
-                .map(|p| p.p50_ns as f64 / 1e3),
-            tcp_us: probed[1]
-                .1
-                .iter()
-                .find(|p| p.size == s)
-                .map(|p| p.p50_ns as f64 / 1e3),
-            best_us: baseline.rtt_ns(s) as f64 / 1e3,
-        })
-        .collect();
+    let Calibration {
+        rtt_ns,
+        homa_cfg,
+        plan,
+        baseline,
+        unloaded,
+    } = calibrate(tb, cfg, &payloads)?;
 
     let workload = Arc::new(cfg.workload.clone());
     let mut results = Vec::new();
     for &t in &cfg.transports {
-        let r = run_phase(tb, cfg, t, &homa_cfg, &workload, &payloads, &baseline)?;
+        let r = run_phase(
+            tb,
+            n,
+            cfg,
+            t,
+            &homa_cfg,
+            &workload,
+            &payloads,
+            &baseline,
+            &mut |_| {},
+        )?;
         if r.cpu_saturated {
             notes.push(format!(
                 "{t}: the machine's CPUs were {:.0}% busy during the run (this benchmark: {:.0}%): this result is CPU-bound, not a network result",
@@ -435,18 +394,122 @@ pub fn run_on(tb: &Testbed, cfg: &ClusterConfig) -> Result<ClusterReport> {
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_phase(
+/// What every phase of a run shares: the engine's RTT and configuration,
+/// and the unloaded RTT per size that slowdowns divide by.
+pub(crate) struct Calibration {
+    pub rtt_ns: u64,
+    pub homa_cfg: homa::EndpointConfig,
+    pub plan: PriorityPlan,
+    pub baseline: Baseline,
+    pub unloaded: Vec<UnloadedRow>,
+}
+
+/// Measures, on the idle testbed, the engine's RTT (a one-packet Homa echo
+/// from host 0 to host 1, unless `cfg.rtt_us` gives it), derives the Homa
+/// configuration from it, and probes the unloaded RTT of Homa and TCP at
+/// sizes spread over the workload (the lower of the two is the baseline).
+pub(crate) fn calibrate(
     tb: &Testbed,
+    cfg: &ClusterConfig,
+    payloads: &Payloads,
+) -> Result<Calibration> {
+    // The engine's RTT: a one-packet echo on this testbed.
+    let mut bar = Bar::new("calibrate", Duration::from_secs(1), cfg.progress);
+    let (probe_cfg, _) = homa_config(cfg, 200_000);
+    let rtt_ns = match cfg.rtt_us {
+        Some(us) => us * 1000,
+        None => {
+            let p = probe_transport(
+                tb,
+                Transport::Homa,
+                &probe_cfg,
+                cfg,
+                vec![1400],
+                payloads,
+                Duration::from_millis(300),
+            )?;
+            p[0].p50_ns
+        }
+    };
+    let (homa_cfg, plan) = homa_config(cfg, rtt_ns);
+    bar.finish(&format!("engine RTT {:.0} µs", rtt_ns as f64 / 1e3));
+
+    // Unloaded RTT per size, for Homa and TCP (homa-noprio is Homa unloaded).
+    let sizes = probe_sizes(&cfg.workload);
+    let mut probed: Vec<(Transport, Vec<ProbePoint>)> = Vec::new();
+    for t in [Transport::Homa, Transport::Tcp] {
+        let budget = Duration::from_millis(150);
+        let mut bar = Bar::new(
+            &format!("unloaded {t}"),
+            budget * sizes.len() as u32,
+            cfg.progress,
+        );
+        bar.update(&format!("{} sizes", sizes.len()));
+        let pts = probe_transport(tb, t, &homa_cfg, cfg, sizes.clone(), payloads, budget)?;
+        bar.finish(&format!(
+            "{} sizes, smallest {:.0} µs",
+            pts.len(),
+            pts[0].p50_ns as f64 / 1e3
+        ));
+        probed.push((t, pts));
+    }
+    let baseline = Baseline::best_of(&probed.iter().map(|p| p.1.as_slice()).collect::<Vec<_>>());
+    let unloaded: Vec<UnloadedRow> = sizes
+        .iter()
+        .map(|&s| UnloadedRow {
+            size: s,
+            homa_us: probed[0]
+                .1
+                .iter()
+                .find(|p| p.size == s)
+                .map(|p| p.p50_ns as f64 / 1e3),
+            tcp_us: probed[1]
+                .1
+                .iter()
+                .find(|p| p.size == s)
+                .map(|p| p.p50_ns as f64 / 1e3),
+            best_us: baseline.rtt_ns(s) as f64 / 1e3,
+        })
+        .collect();
+
+    Ok(Calibration {
+        rtt_ns,
+        homa_cfg,
+        plan,
+        baseline,
+        unloaded,
+    })
+}
+
+/// What a phase shows an observer at each of its ticks (every 50 ms).
+pub(crate) struct PhaseTick<'a> {
+    /// Since the clients started.
+    pub elapsed: Duration,
+    /// The hosts' Homa endpoints, by host (empty for TCP).
+    pub endpoints: &'a [homa::Endpoint],
+}
+
+/// Runs one transport's phase on hosts `0..n` of the testbed (the others,
+/// if any, are left to the caller: the coexistence experiment's TCP
+/// senders); `on_tick` sees the phase every 50 ms.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_phase(
+    tb: &Testbed,
+    n: usize,
     cfg: &ClusterConfig,
     t: Transport,
     homa_cfg: &homa::EndpointConfig,
     workload: &Arc<Workload>,
     payloads: &Payloads,
     baseline: &Baseline,
+    on_tick: &mut dyn FnMut(&PhaseTick),
 ) -> Result<TransportResult> {
-    let n = tb.hosts();
     let mut servers = start_servers(tb, t, homa_cfg, cfg, 0..n)?;
+    let endpoints: Vec<homa::Endpoint> = servers
+        .0
+        .iter()
+        .filter_map(|h| h.homa_endpoint.clone())
+        .collect();
     let progress = Arc::new(AtomicU64::new(0));
     let warmup = Duration::from_secs_f64(cfg.warmup);
     let window = Duration::from_secs_f64(cfg.seconds);
@@ -502,6 +565,10 @@ fn run_phase(
             break;
         }
         bar.update(&format!("{} RPCs", progress.load(Ordering::Relaxed)));
+        on_tick(&PhaseTick {
+            elapsed: el,
+            endpoints: &endpoints,
+        });
         std::thread::sleep(Duration::from_millis(50));
     }
     let mut total = ClientResult::default();
@@ -531,6 +598,7 @@ fn run_phase(
             }
         }
     }
+    drop(endpoints);
     servers.stop()?;
     if let Some(e) = first_err {
         return Err(e);

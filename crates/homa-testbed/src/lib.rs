@@ -12,12 +12,16 @@
 //! * The node programs it runs on every host (bench servers and open-loop
 //!   clients over Homa or TCP) are `homa_bench::node`'s.
 //! * [`cluster`]: the whole experiment on a testbed; [`report`] its output.
+//! * [`coexist`]: Homa's workload next to bulk TCP flows ([`bulk`]) that
+//!   share its receivers' downlinks (issue #20's coexistence experiment).
 //!
 //! Everything here needs root (namespaces, tc); [`cmd::require_root`] gives
 //! a clear error otherwise.
 
+pub mod bulk;
 pub mod cluster;
 pub mod cmd;
+pub mod coexist;
 pub mod cpu;
 pub mod netns;
 pub mod progress;

@@ -34,6 +34,12 @@ pub struct PortShape {
     pub classes: u8,
     /// Packets each class's FIFO holds before it drops (the switch buffer).
     pub queue_packets: u32,
+    /// Reserve the lowest class for TCP (IP protocol 6, whatever its DSCP)
+    /// and spread the engine's levels over the classes above it: a switch
+    /// that serves Homa's priorities before bulk TCP (the coexistence
+    /// experiment's `split` set-up). Without it TCP, whose DSCP is 0,
+    /// shares class 0 with Homa's lowest level.
+    pub tcp_below: bool,
 }
 
 /// The priority class (0 = lowest) for engine priority level `level` (0..8)
@@ -41,6 +47,17 @@ pub struct PortShape {
 pub fn class_of_level(level: u8, classes: u8) -> u8 {
     let classes = classes.clamp(1, 8) as u32;
     ((level.min(7) as u32 * classes) / 8) as u8
+}
+
+/// The class of engine level `level` on a port shaped as `s`: with
+/// [`PortShape::tcp_below`] (and at least two classes) class 0 is TCP's and
+/// the levels spread over the others.
+pub fn class_of_level_on(level: u8, s: &PortShape) -> u8 {
+    if s.tcp_below && s.classes >= 2 {
+        1 + class_of_level(level, s.classes - 1)
+    } else {
+        class_of_level(level, s.classes)
+    }
 }
 
 /// Burst of the link class: one full frame (plus slack), or 20 µs at the
@@ -78,10 +95,17 @@ pub fn shape_commands(dev: &str, s: &PortShape) -> Vec<String> {
             s.queue_packets.max(1)
         ));
     }
-    for level in 0..8u8 {
-        let minor = FIRST_CLASS + class_of_level(level, s.classes) as u32;
+    if s.tcp_below && classes >= 2 {
+        // Consulted before the DSCP filters (a lower filter prio is tried
+        // first): every TCP segment goes to the lowest class.
         v.push(format!(
-            "filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip tos {} 0xe0 flowid 1:{minor:x}",
+            "filter add dev {dev} parent 1: protocol ip prio 1 u32 match ip protocol 6 0xff flowid 1:{FIRST_CLASS:x}"
+        ));
+    }
+    for level in 0..8u8 {
+        let minor = FIRST_CLASS + class_of_level_on(level, s) as u32;
+        v.push(format!(
+            "filter add dev {dev} parent 1: protocol ip prio 2 u32 match ip tos {} 0xe0 flowid 1:{minor:x}",
             (level as u32) << 5
         ));
     }
@@ -220,6 +244,7 @@ mod tests {
                 rate_bps: 1_000_000_000,
                 classes: 8,
                 queue_packets: 500,
+                tcp_below: false,
             },
         );
         assert!(cmds[0].starts_with("qdisc del dev v0 root"));
@@ -237,6 +262,42 @@ mod tests {
             .any(|c| c.contains("match ip tos 224 0xe0 flowid 1:17")));
         assert_eq!(cmds.iter().filter(|c| c.starts_with("filter")).count(), 8);
         assert!(cmds.iter().any(|c| c.contains("rate 1000000000bit ceil")));
+        assert!(!cmds.iter().any(|c| c.contains("ip protocol 6")));
+    }
+
+    #[test]
+    fn tcp_below_takes_the_lowest_class_and_homa_the_rest() {
+        let shape = PortShape {
+            rate_bps: 100_000_000,
+            classes: 8,
+            queue_packets: 32,
+            tcp_below: true,
+        };
+        let cmds = shape_commands("v0", &shape);
+        // TCP first, to class 0 (1:10).
+        let tcp = cmds
+            .iter()
+            .position(|c| c.contains("match ip protocol 6 0xff flowid 1:10"))
+            .expect("a TCP filter");
+        assert!(cmds[tcp].contains(" prio 1 "));
+        // Homa level 0 (TOS 0, as TCP's) is class 1, level 7 class 7.
+        assert!(cmds
+            .iter()
+            .any(|c| c.contains("prio 2 u32 match ip tos 0 0xe0 flowid 1:11")));
+        assert!(cmds
+            .iter()
+            .any(|c| c.contains("match ip tos 224 0xe0 flowid 1:17")));
+        let levels: Vec<u8> = (0..8).map(|l| class_of_level_on(l, &shape)).collect();
+        assert_eq!(levels, vec![1, 1, 2, 3, 4, 5, 6, 7]);
+        // One class: nothing to put below, TCP shares it.
+        let one = PortShape {
+            classes: 1,
+            ..shape
+        };
+        assert!(!shape_commands("v0", &one)
+            .iter()
+            .any(|c| c.contains("ip protocol 6")));
+        assert_eq!(class_of_level_on(7, &one), 0);
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub struct TestbedConfig {
     pub queue_packets: u32,
     /// Also shape each host's own interface (its NIC) with the same tree.
     pub shape_uplinks: bool,
+    /// Put TCP in the lowest class of every port, below all of Homa's
+    /// levels ([`crate::tc::PortShape::tcp_below`]).
+    #[serde(default)]
+    pub tcp_below: bool,
 }
 
 impl Default for TestbedConfig {
@@ -48,6 +52,7 @@ impl Default for TestbedConfig {
             priorities: 8,
             queue_packets: 1000,
             shape_uplinks: true,
+            tcp_below: false,
         }
     }
 }
@@ -88,6 +93,7 @@ impl TestbedConfig {
             rate_bps: self.rate_bps(),
             classes: self.priorities,
             queue_packets: self.queue_packets,
+            tcp_below: self.tcp_below,
         }
     }
 }

@@ -509,6 +509,54 @@ fn cluster_run_produces_a_report_for_each_transport() {
     assert!(r.unloaded.iter().all(|u| u.best_us > 0.0));
 }
 
+/// A tiny coexistence run (issue #20): Homa next to one bulk TCP flow,
+/// TCP below Homa's classes. The JSON has the issue's fields, TCP moved
+/// bytes while Homa ran, and the classes split the two.
+#[test]
+fn coexist_run_reports_homa_deciles_and_tcp_goodput() {
+    if !can_run() {
+        return;
+    }
+    remove_stale();
+    let p = prefix('x');
+    let w = Workload::from_points(
+        "small".into(),
+        vec![(100, 8.0), (5_000, 1.5), (60_000, 0.5)],
+    )
+    .unwrap();
+    let mut cfg = homa_testbed::coexist::CoexistConfig::new(w);
+    cfg.bench.testbed.prefix = p.clone();
+    cfg.bench.testbed.hosts = 2;
+    cfg.bench.seconds = 1.5;
+    cfg.bench.warmup = 0.3;
+    cfg.bench.progress = false;
+    cfg.tcp_flows = 1;
+    cfg.tcp_lead = Duration::from_millis(400);
+    cfg.window = homa::WindowPolicy::Adaptive;
+    cfg.classes = homa_testbed::coexist::Classes::Split;
+    let r = homa_testbed::coexist::run(&cfg).expect("coexist run");
+    assert_gone(&p);
+    assert_eq!(r.tcp_congestion_control, "cubic");
+    assert_eq!(r.flows.len(), 1);
+    assert!(r.tcp_gbps > 0.0 && r.tcp_alone_gbps > 0.0, "{}", r.text());
+    assert!(r.tcp_flow_info[0].bytes_received > 0);
+    assert!(r.homa.rpcs > 20, "{} RPCs", r.homa.rpcs);
+    assert_eq!(r.homa.failed, 0, "{:?}", r.homa.errors);
+    assert_eq!(r.deciles.len(), 10);
+    // The engines measured their paths (adaptive windows measure RTT).
+    assert!(r.path.rtt_min_us.count > 0 && r.path.rtt_min_us.p50 > 0.0);
+    assert!(r.homa.homa_engine_counters["rtt_samples"] > 0);
+    // TCP in class 0, Homa above it.
+    let by_class = &r.homa.downlink_packets_by_class;
+    assert!(by_class[0] > 0, "{by_class:?}");
+    assert!(by_class[1..].iter().any(|&n| n > 0), "{by_class:?}");
+    let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+    assert!(v["deciles"][0]["p99_slowdown"].is_number());
+    assert!(v["tcp_gbps"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["window"], "adaptive");
+    assert_eq!(v["classes"], "split");
+}
+
 // ------------------------------------------------------------ loopback
 
 /// A client against servers on 127.0.0.1 (no testbed, no root).

@@ -101,6 +101,8 @@ fn an_rtt_above_eight_times_the_minimum_is_congestion_within_a_sample() {
     assert!(min < 10 * US as u32 && !before.congested, "{before:?}");
     // The smoothed values settle near the minimum on a quiet path.
     assert!(before.srtt < 2 * min, "{before:?}");
+    let m = net.endpoint(0).metrics();
+    assert_eq!((m.rtt_samples_congested, m.rtt_samples_above_mid), (0, 0));
 
     net.fabric_mut().set_host_rx_delay(0, 60 * US);
     let mut samples_to_detect = None;
@@ -118,6 +120,9 @@ fn an_rtt_above_eight_times_the_minimum_is_congestion_within_a_sample() {
     assert!(r.rtt_recent > 8 * min, "{r:?}");
     assert_eq!(r.rtt_min, Some(min), "a congested path keeps its minimum");
     assert_eq!(net.endpoint(0).metrics().congestion_onsets, 1);
+    // The samples that showed it are counted.
+    let m = net.endpoint(0).metrics();
+    assert!(m.rtt_samples_congested >= 1 && m.rtt_samples_above_mid >= m.rtt_samples_congested);
 
     net.fabric_mut().set_host_rx_delay(0, 0);
     rpc(&mut net, 0, 1, 100);
@@ -274,4 +279,105 @@ fn a_lost_packet_halves_the_unscheduled_window() {
     assert_eq!(cuts, 1);
     let (_, cuts) = lose_second_packet(measuring());
     assert_eq!(cuts, 0);
+}
+
+/// A standing queue of other traffic in front of a receiver (here: 100 µs
+/// more on every packet to the server, while the server's own DATA leaves
+/// its link nearly idle) widens the grant window it gives the client by about that
+/// delay at the link rate, so that a message keeps moving at link speed
+/// across it; the window narrows back once the queue is gone. Without
+/// `grant_covers_foreign_queue` it stays at 3 × `rtt_min`.
+#[test]
+fn a_foreign_queue_widens_the_grant_window_until_it_goes() {
+    let run = |cfg: Config| {
+        let mut net = star(2, cfg, Reply::Fixed(100));
+        for _ in 0..10 {
+            rpc(&mut net, 0, 1, 100);
+        }
+        let quiet = rtt(&net, 1, 0);
+        net.fabric_mut().set_host_rx_delay(1, 100 * US);
+        for _ in 0..40 {
+            rpc(&mut net, 0, 1, 100);
+        }
+        let queued = rtt(&net, 1, 0);
+        // A 500 KB request across the queue.
+        let start = net.now();
+        let id = rpc(&mut net, 0, 1, 500_000);
+        let took = net.app(0).finished_at(id).unwrap() - start;
+        net.fabric_mut().set_host_rx_delay(1, 0);
+        for _ in 0..40 {
+            rpc(&mut net, 0, 1, 100);
+        }
+        (quiet, queued, took, rtt(&net, 1, 0))
+    };
+    let (quiet, queued, took, after) = run(adaptive().with_grant_covers_foreign_queue(true));
+    assert_eq!(quiet.rtt_min, queued.rtt_min, "the minimum stays");
+    assert!(
+        queued.srtt > quiet.rtt_min.unwrap() + 90 * US as u32,
+        "{queued:?}"
+    );
+    // The path's RTT now (rtt_min + ~100 µs) at 25 Gbps: over 300 KB.
+    let min = quiet.rtt_min.unwrap() as u64;
+    let across = (min + 95 * US) * 25_000_000_000 / 8_000_000_000;
+    assert!(
+        queued.grant_window as u64 >= across && queued.grant_window > 6 * quiet.grant_window,
+        "{quiet:?} {queued:?}"
+    );
+    assert_eq!(after.grant_window, quiet.grant_window, "{after:?}");
+    let (q0, q1, took_without, _) = run(adaptive());
+    assert_eq!(q1.grant_window, q0.grant_window);
+    // Printed for docs/congestion.md (`-- --nocapture`).
+    eprintln!(
+        "500 KB request across a 100 us queue: covered {took} ns, not covered {took_without} ns"
+    );
+    // 500 KB is 160 µs of wire time; one window per 105 µs RTT is slower.
+    assert!(took * 10 < took_without * 6, "{took} vs {took_without}");
+}
+
+/// The receiver's own incast does not widen its windows: four clients'
+/// 1 MB requests queue at the server's downlink (the RTT rises), but the
+/// server's link is busy receiving them, so the queue is its own.
+#[test]
+fn the_receivers_own_queue_does_not_widen_its_grant_windows() {
+    let cfg = adaptive().with_grant_covers_foreign_queue(true);
+    let mut net = star(5, cfg, Reply::Fixed(100));
+    for c in 1..5 {
+        for _ in 0..5 {
+            rpc(&mut net, c, 0, 100);
+        }
+    }
+    let base: Vec<u32> = (1..5).map(|c| rtt(&net, 0, c).grant_window).collect();
+    let ids: Vec<_> = (1..5)
+        .map(|c| {
+            (
+                c,
+                net.send_request(c, 0, pattern(1_000_000, c as u64))
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let (mut widest, mut highest_srtt) = (0u32, 0u32);
+    let limit = net.now() + 50 * MS;
+    while ids
+        .iter()
+        .any(|&(c, id)| net.app(c).finished_at(id).is_none())
+    {
+        assert!(net.now() < limit, "the requests did not finish");
+        net.run_for(10 * US);
+        for c in 1..5 {
+            let r = rtt(&net, 0, c);
+            widest = widest.max(r.grant_window);
+            highest_srtt = highest_srtt.max(r.srtt);
+        }
+    }
+    let min = rtt(&net, 0, 1).rtt_min.unwrap();
+    assert!(
+        highest_srtt > 4 * min,
+        "the incast queued: srtt {highest_srtt} ns, min {min} ns"
+    );
+    let base_max = *base.iter().max().unwrap();
+    assert!(
+        widest <= base_max + base_max / 2,
+        "windows widened from {base:?} to {widest}"
+    );
 }

@@ -442,7 +442,16 @@ impl Shared {
     /// The second half of a pass, after its events went where they belong:
     /// transmit, deferred work, errors, publish the next deadline.
     pub(crate) fn drive_end(&self, d: &mut Driver, now: u64, recv: bool) {
-        self.transmit(d, now);
+        // As in `receive`: packets of an engine that measures RTT carry the
+        // time they are built, not the pass's start.
+        let tx_now = if self.cfg.engine.measure_rtt
+            || self.cfg.engine.window_policy == homa_proto::WindowPolicy::Adaptive
+        {
+            now.max(self.now_ns())
+        } else {
+            now
+        };
+        self.transmit(d, tx_now);
         // After an application's send or reply has gone out: what the
         // engine put off to keep it off the request-to-reply path
         // (acknowledgements piggybacked on requests).
@@ -469,23 +478,33 @@ impl Shared {
         } = d;
         let mut d_drained = false;
         let mut got = false;
+        // An engine that measures RTT gets each datagram's time read after
+        // `recvmmsg` returned it, not the pass's: a thread preempted between
+        // the pass's clock read and the receive (a busy machine) would
+        // otherwise date packets before they arrived, and the echoes and
+        // samples built on those times come out too short (on the testbed
+        // under load: `rtt_min` 7 µs where a small packet alone takes 8 µs
+        // a hop, docs/congestion.md §8).
+        let fresh = self.cfg.engine.measure_rtt
+            || self.cfg.engine.window_policy == homa_proto::WindowPolicy::Adaptive;
+        let at = |now: u64| if fresh { now.max(self.now_ns()) } else { now };
         for _ in 0..MAX_RX_ROUNDS {
             let out = if faults.is_none() && self.cfg.landing && rx.landing() {
-                self.land_one(engine, rx, stats, now)
+                self.land_one(engine, rx, stats, at(now))
             } else {
                 rx.recv(&self.sock, stats, |src, data, seg| match faults.as_mut() {
                     // Loss is injected per packet.
                     Some(f) => {
                         for pkt in data.chunks(seg.max(1)) {
                             if !f.drop_rx() {
-                                engine.handle_datagram(now, src, pkt);
+                                engine.handle_datagram(at(now), src, pkt);
                             }
                         }
                         if data.is_empty() && !f.drop_rx() {
-                            engine.handle_datagram(now, src, data);
+                            engine.handle_datagram(at(now), src, data);
                         }
                     }
-                    None => engine.handle_datagrams(now, src, data, seg),
+                    None => engine.handle_datagrams(at(now), src, data, seg),
                 })
             };
             match out {

@@ -19,7 +19,7 @@ use crate::socket::{Faults, RxBatch, SocketOptions, SocketStats, TxQueue, UdpSoc
 use crate::sys::{monotonic_ns, EventFd};
 use crate::timetrace;
 use crate::wait::{Slot, WaitQueue};
-use homa_proto::{EndpointStats, Metrics, Outgoing, RpcId, SendBuf, ServerRpc};
+use homa_proto::{EndpointStats, Metrics, Outgoing, PeerRtt, RpcId, SendBuf, ServerRpc};
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::fmt;
@@ -419,6 +419,15 @@ impl Endpoint {
     /// The engine's counters (packets by type, drops by reason...).
     pub fn metrics(&self) -> Metrics {
         self.shared().locked(|d| d.engine.metrics().clone())
+    }
+
+    /// What the engine measured of the path to `peer` (its RTT estimator,
+    /// whether it is congested) and the windows it gives it; `None` for a
+    /// peer the engine does not know. The RTT fields stay empty unless the
+    /// engine measures RTT (`EngineConfig::measure_rtt` or adaptive
+    /// windows, docs/congestion.md).
+    pub fn peer_rtt(&self, peer: SocketAddr) -> Option<PeerRtt> {
+        self.shared().locked(|d| d.engine.peer_rtt(peer))
     }
 
     /// The engine's table sizes.

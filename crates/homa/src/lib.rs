@@ -83,6 +83,6 @@ pub use socket::SocketStats;
 pub use homa_proto::RpcId;
 /// The engine's types that appear in this API.
 pub use homa_proto::{
-    Config as EngineConfig, DropReason, EndpointStats, MessageSizes, Metrics, NetworkProfile,
-    Outgoing, SendBuf, SendBufError,
+    Config as EngineConfig, CongestionSignal, DropReason, EndpointStats, MessageSizes, Metrics,
+    NetworkProfile, Outgoing, PeerRtt, SendBuf, SendBufError, WindowPolicy,
 };

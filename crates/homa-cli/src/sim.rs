@@ -119,6 +119,11 @@ pub struct SimArgs {
     /// only reserve the space: same results, far less memory).
     #[arg(long)]
     keep_payloads: bool,
+    /// Follow every request of MIN-MAX bytes and report where its latency
+    /// went: wait at the sender, spread of its packets, network transit
+    /// (`homa_testnet::timeline`). Counts all such requests, warm-up included.
+    #[arg(long, value_parser = parse_len_range)]
+    timeline: Option<(u32, u32)>,
     /// Threads for sweeps (default: one per core).
     #[arg(long, default_value = "0")]
     threads: usize,
@@ -258,6 +263,7 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
                                     max_packet_size: a.max_packet_size,
                                     pool_bytes: a.pool_mb.map(|m| m << 20),
                                     keep_payloads: a.keep_payloads,
+                                    timeline: a.timeline,
                                     ..SimSpec::new(workload.clone(), load)
                                 };
                                 spec.stop = match stop {
@@ -483,5 +489,31 @@ mod tests {
         assert_eq!(parse_duration("1.5s").unwrap(), 1_500_000_000);
         assert_eq!(parse_duration("500us").unwrap(), 500_000);
         assert_eq!(parse_duration("42").unwrap(), 42);
+    }
+}
+
+/// `MIN-MAX` (bytes) for `--timeline`.
+fn parse_len_range(s: &str) -> Result<(u32, u32), String> {
+    let (lo, hi) = s
+        .split_once('-')
+        .ok_or_else(|| format!("{s:?}: expected MIN-MAX in bytes, e.g. 0-5720"))?;
+    let n = |v: &str| v.trim().parse::<u32>().map_err(|e| format!("{v:?}: {e}"));
+    let (lo, hi) = (n(lo)?, n(hi)?);
+    if lo > hi {
+        return Err(format!("{s:?}: MIN is above MAX"));
+    }
+    Ok((lo, hi))
+}
+
+#[cfg(test)]
+mod timeline_arg_tests {
+    #[test]
+    fn a_length_range_parses_and_bad_ones_say_why() {
+        assert_eq!(super::parse_len_range("0-5720"), Ok((0, 5720)));
+        assert!(super::parse_len_range("5720")
+            .unwrap_err()
+            .contains("MIN-MAX"));
+        assert!(super::parse_len_range("9-1").unwrap_err().contains("above"));
+        assert!(super::parse_len_range("a-1").is_err());
     }
 }

@@ -146,6 +146,11 @@ pub fn table(r: &Report) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     let _ = writeln!(s, "  engine counters (all hosts): {}", counters.join(" "));
+    if let Some(t) = &r.timeline {
+        for line in t.lines() {
+            let _ = writeln!(s, "  {line}");
+        }
+    }
     let net: Vec<String> = r
         .network
         .iter()

@@ -176,6 +176,10 @@ pub struct SimSpec {
     /// normal behaviour). Off by default: the simulator never reads them,
     /// and results are the same either way.
     pub keep_payloads: bool,
+    /// Record the timeline of every request of this many bytes
+    /// (`min..=max`; see `homa_testnet::timeline`) and put its summary in
+    /// the report.
+    pub timeline: Option<(u32, u32)>,
 }
 
 impl SimSpec {
@@ -201,6 +205,7 @@ impl SimSpec {
             drain_factor: 4.0,
             trace: None,
             keep_payloads: false,
+            timeline: None,
         }
     }
 
@@ -422,6 +427,9 @@ pub struct Report {
     /// Every measured message (size, latency, best case); not serialized.
     #[serde(skip)]
     pub completions: Vec<Completion>,
+    /// Summary of the requests' timelines (`SimSpec::timeline`): every
+    /// request of that size started during the run, warm-up included.
+    pub timeline: Option<String>,
 }
 
 /// Progress of a run, for progress bars.
@@ -684,6 +692,10 @@ impl<'s> Run<'s> {
             },
         )
         .expect("engine configuration is valid");
+        let mut net = net;
+        if let Some((lo, hi)) = spec.timeline {
+            net.enable_timeline(lo, hi);
+        }
         let zeros = static_zeros(spec.workload.max_len() as usize);
         let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x5EED_A551));
 
@@ -1134,6 +1146,7 @@ impl<'s> Run<'s> {
             engine_config: format!("{:?}", config.resolved()),
         };
         Report {
+            timeline: net.timeline().map(|t| t.summary()),
             workload: spec.workload.name.clone(),
             load: spec.load,
             variant: spec.label(),

@@ -19,6 +19,7 @@
 use crate::faults::FaultStats;
 use crate::net::{addr_host, fnv, host_addr, mix, Fabric, HostId, Hosts, NetStats, Packet};
 use crate::sched::Time;
+use crate::timeline::Timeline;
 use bytes::Bytes;
 use homa_proto::driver::FastPath as _;
 use homa_proto::{Config, ConfigError, Endpoint, Event, RpcError, RpcId, SendError, ServerRpc};
@@ -224,6 +225,8 @@ struct Engines<A> {
     /// Skip polls that cannot yield anything (see `nic_done`); tests turn
     /// it off to check that skipping changes nothing.
     skip_idle_polls: bool,
+    /// Per-request timelines, if enabled ([`EngineNet::enable_timeline`]).
+    timeline: Option<Box<Timeline>>,
 }
 
 fn event_digest(ev: &Event) -> [u64; 4] {
@@ -291,6 +294,9 @@ impl<A: App> Engines<A> {
                 Some(t) => {
                     self.stats.datagrams_out += 1;
                     buf.truncate(t.len);
+                    if let Some(tl) = self.timeline.as_deref_mut() {
+                        tl.transmitted(h, &buf, now);
+                    }
                     match net.host_of(t.dest) {
                         Some(d) => {
                             net.send(h, d, t.priority, buf);
@@ -407,6 +413,9 @@ impl<A: App> Hosts for Engines<A> {
         let off = self.hosts[h].clock_offset;
         if let Some(ep) = self.hosts[h].ep.as_mut() {
             self.stats.datagrams_in += 1;
+            if let Some(tl) = self.timeline.as_deref_mut() {
+                tl.delivered(pkt.src, &pkt.data, pkt.sent_at, now);
+            }
             ep.handle_datagram(now + off, host_addr(pkt.src), &pkt.data);
         }
         net.recycle(pkt.data);
@@ -524,6 +533,7 @@ impl<A: App> EngineNet<A> {
                 stats: DriverStats::default(),
                 poll_due: vec![0; n_hosts],
                 skip_idle_polls: true,
+                timeline: None,
             },
         })
     }
@@ -622,7 +632,25 @@ impl<A: App> EngineNet<A> {
         dst: HostId,
         request: Bytes,
     ) -> Result<RpcId, SendError> {
-        self.with_host(src, |_, ctx| ctx.send_request(dst, request))
+        if let Some(tl) = self.engines.timeline.as_deref_mut() {
+            tl.starting(src, request.len(), self.fabric.now());
+        }
+        let r = self.with_host(src, |_, ctx| ctx.send_request(dst, request));
+        if let (Some(tl), Ok(id)) = (self.engines.timeline.as_deref_mut(), &r) {
+            tl.started(src, id.0);
+        }
+        r
+    }
+
+    /// Follows every request of `min_len..=max_len` bytes started with
+    /// [`Self::send_request`] from then on (see [`Timeline`]).
+    pub fn enable_timeline(&mut self, min_len: u32, max_len: u32) {
+        self.engines.timeline = Some(Box::new(Timeline::new(min_len, max_len)));
+    }
+
+    /// The timelines, if enabled.
+    pub fn timeline(&self) -> Option<&Timeline> {
+        self.engines.timeline.as_deref()
     }
 
     /// Host `h` answers `rpc` now.

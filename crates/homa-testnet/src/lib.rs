@@ -37,6 +37,7 @@ pub mod driver;
 pub mod faults;
 pub mod net;
 mod sched;
+pub mod timeline;
 
 pub use apps::{pattern, Record, Reply, TestApp};
 pub use driver::{App, DriverStats, EngineNet, HostCtx};

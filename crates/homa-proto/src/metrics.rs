@@ -131,6 +131,15 @@ pub struct Metrics {
     pub congestion_onsets: u64,
     /// Adaptive windows: times a peer's unscheduled window was halved.
     pub unsched_window_cuts: u64,
+    /// On-Ramp: holds started (a destination's DATA kept at the edge
+    /// because its reported queueing delay exceeded T).
+    pub onramp_holds: u64,
+    /// On-Ramp: the holds' lengths, summed (ns), as decided when each
+    /// started (a hold is never extended or cut short).
+    pub onramp_held_ns: u64,
+    /// On-Ramp: messages parked outside the send queue because their
+    /// destination was held (a message parked by two holds counts twice).
+    pub onramp_parked: u64,
 }
 
 impl Metrics {
@@ -185,6 +194,9 @@ impl Metrics {
             ("rtt_samples", self.rtt_samples),
             ("congestion_onsets", self.congestion_onsets),
             ("unsched_window_cuts", self.unsched_window_cuts),
+            ("onramp_holds", self.onramp_holds),
+            ("onramp_held_ns", self.onramp_held_ns),
+            ("onramp_parked", self.onramp_parked),
         ];
         v.extend(plain.iter().map(|(n, x)| (n.to_string(), *x)));
         v

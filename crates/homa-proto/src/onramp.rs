@@ -173,11 +173,14 @@ impl OnRamp {
         self.next_release = self.next_release.min(until);
     }
 
-    /// Parks message `key` (its destination is held).
-    pub fn park(&mut self, key: RpcKey) {
-        if !self.parked.contains(&key) {
+    /// Parks message `key` (its destination is held); false if it was
+    /// parked already.
+    pub fn park(&mut self, key: RpcKey) -> bool {
+        let new = !self.parked.contains(&key);
+        if new {
             self.parked.push(key);
         }
+        new
     }
 
     /// The peers whose hold ends by `now` (removed from the held list), and
@@ -242,6 +245,8 @@ impl crate::endpoint::Endpoint {
             return;
         }
         let until = path.held_until;
+        self.metrics.onramp_holds += 1;
+        self.metrics.onramp_held_ns += path.last_hold;
         self.onramp.hold(pk, until);
         for key in 0..self.rpcs.key_end() {
             if !self.rpcs.is_live(key) || self.rpcs[key].peer_key != pk {
@@ -253,7 +258,9 @@ impl crate::endpoint::Endpoint {
                 .is_some_and(|o| o.queued.is_some())
             {
                 self.unqueue_out(key);
-                self.onramp.park(key);
+                if self.onramp.park(key) {
+                    self.metrics.onramp_parked += 1;
+                }
             }
         }
     }

@@ -101,8 +101,8 @@ impl Endpoint {
         self.unqueue_out(key);
         if self.onramp_holds(self.rpcs[key].peer_key) {
             // On-Ramp holds its destination: it waits outside the queue.
-            if self.rpcs[key].out.as_ref().is_some_and(|o| o.sendable()) {
-                self.onramp.park(key);
+            if self.rpcs[key].out.as_ref().is_some_and(|o| o.sendable()) && self.onramp.park(key) {
+                self.metrics.onramp_parked += 1;
             }
             return;
         }

@@ -122,6 +122,61 @@ pub enum Stop {
     Steady { warmup_ns: Time, window_ns: Time },
 }
 
+/// Repeated incasts on top of the random arrivals (issue #22's On-Ramp
+/// experiment): the `senders` hosts after `receiver` (in host order,
+/// wrapping) each send one `message_size` message to it at the same instant; the next round starts `gap_ns` after
+/// the round's last message was delivered (closed loop, so rounds never
+/// pile up). Incast messages are not in the slowdown statistics; each
+/// round's completion time (RCT: from its start to its last delivery) is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct IncastOverlay {
+    pub senders: usize,
+    pub receiver: HostId,
+    pub message_size: u32,
+    pub gap_ns: Time,
+    /// The measurement window stays open (past the stop's time) until at
+    /// least this many rounds started in it have completed, for at most
+    /// `max_window_ns`.
+    pub min_rounds: usize,
+    pub max_window_ns: Time,
+}
+
+/// Per-host clocks that are not synchronised: every host's engine reads
+/// its own clock, `offset_ns` apart at most and running at rates up to
+/// `drift_ppm` apart from the network's (`homa_testnet::HostClock`). Both
+/// are drawn per host from the run's seed, from a generator of their own
+/// (the arrivals are the same as with a shared clock): the offset uniformly
+/// in [−`offset_ns`, +`offset_ns`], the drift ±`drift_ppm` with a random
+/// sign (the largest rate error, either way). Zero: one shared clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct ClockSpread {
+    pub offset_ns: u64,
+    pub drift_ppm: f64,
+}
+
+impl ClockSpread {
+    pub fn is_shared(&self) -> bool {
+        self.offset_ns == 0 && self.drift_ppm == 0.0
+    }
+
+    /// Host clocks for `n` hosts. Offsets are shifted by `offset_ns` so
+    /// that every clock reads at least 0.
+    pub fn clocks(&self, n: usize, seed: u64) -> Vec<homa_testnet::HostClock> {
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0xC10C_C10C));
+        (0..n)
+            .map(|_| {
+                // Uniform in [−offset_ns, +offset_ns], plus offset_ns.
+                let offset = rng.gen_range(0..=2 * self.offset_ns);
+                let sign = if rng.gen::<bool>() { 1.0 } else { -1.0 };
+                homa_testnet::HostClock {
+                    offset,
+                    drift_ppb: (sign * self.drift_ppm * 1e3).round() as i64,
+                }
+            })
+            .collect()
+    }
+}
+
 /// One message of an explicit schedule (used instead of random arrivals).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct TraceMsg {
@@ -176,6 +231,15 @@ pub struct SimSpec {
     /// normal behaviour). Off by default: the simulator never reads them,
     /// and results are the same either way.
     pub keep_payloads: bool,
+    /// Every host's engine runs On-Ramp (`Config::onramp`), with these
+    /// settings (`None`: the engine's derivation).
+    pub onramp: bool,
+    pub onramp_threshold_ns: Option<u64>,
+    pub onramp_max_hold_ns: Option<u64>,
+    /// Repeated incasts on top of the random arrivals.
+    pub incast: Option<IncastOverlay>,
+    /// Hosts' clocks (default: one shared clock).
+    pub clocks: ClockSpread,
 }
 
 impl SimSpec {
@@ -201,6 +265,11 @@ impl SimSpec {
             drain_factor: 4.0,
             trace: None,
             keep_payloads: false,
+            onramp: false,
+            onramp_threshold_ns: None,
+            onramp_max_hold_ns: None,
+            incast: None,
+            clocks: ClockSpread::default(),
         }
     }
 
@@ -234,7 +303,16 @@ impl SimSpec {
         if let Some(o) = self.overcommit {
             s.push_str(&format!(" oc{o}"));
         }
+        if self.onramp {
+            s.push_str(" onramp");
+        }
         s
+    }
+
+    /// The longest message any host sends.
+    pub fn max_message_len(&self) -> u32 {
+        let incast = self.incast.map_or(0, |i| i.message_size);
+        self.workload.max_len().max(incast).max(1)
     }
 
     /// Average wire bytes of one message's DATA packets.
@@ -266,7 +344,7 @@ impl SimSpec {
             rtt_ns: t.rtt_ns(self.max_packet_size),
             max_packet_size: self.max_packet_size,
             packet_overhead_bytes: t.overhead_bytes,
-            max_message_length: self.workload.max_len().max(1),
+            max_message_length: self.max_message_len(),
             priority_levels: self.levels(),
             message_sizes: Some(crate::priorities::message_sizes(&self.workload)),
             nic_queue_packets: 0,
@@ -296,6 +374,9 @@ impl SimSpec {
         c.max_client_rpcs = 1 << 20;
         c.max_server_rpcs_per_peer = 1 << 20;
         c.max_overcommit = self.overcommit_degree();
+        c.onramp = self.onramp;
+        c.onramp_threshold_ns = self.onramp_threshold_ns;
+        c.onramp_max_hold_ns = self.onramp_max_hold_ns;
         if self.variant == Variant::Basic {
             // BasicTransport: every message granted (no ranking, no cap on
             // overcommitment), 5 full packets beyond a round trip at a
@@ -343,6 +424,10 @@ pub struct Params {
     pub pool_bytes: usize,
     pub drain_factor: f64,
     pub measurement: &'static str,
+    /// `Config::onramp` on every host.
+    pub onramp: bool,
+    pub clocks: ClockSpread,
+    pub incast: Option<IncastOverlay>,
     /// `Debug` rendering of the whole engine configuration.
     pub engine_config: String,
 }
@@ -422,6 +507,39 @@ pub struct Report {
     /// Every measured message (size, latency, best case); not serialized.
     #[serde(skip)]
     pub completions: Vec<Completion>,
+    /// Switch buffer drops since the window opened, per class of port and
+    /// priority.
+    pub drops_by_class: Vec<crate::experiment::PortClassDrops>,
+    /// The incast overlay's rounds (`None` without one).
+    pub incast: Option<IncastResult>,
+}
+
+/// What the incast overlay measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct IncastResult {
+    pub overlay: IncastOverlay,
+    pub rounds_started: u64,
+    /// Rounds started while the window was open (all complete, unless
+    /// `unfinished_round`).
+    pub rounds_measured: usize,
+    /// A measured round was still running at the end: its age is in the
+    /// statistics as its completion time (a lower bound).
+    pub unfinished_round: bool,
+    /// Round completion times, nearest-rank percentiles (µs).
+    pub rct_p50_us: f64,
+    pub rct_p99_us: f64,
+    pub rct_max_us: f64,
+    pub rct_mean_us: f64,
+    /// Every measured round's completion time (ns), in order.
+    pub rct_ns: Vec<u64>,
+    /// The best case of a round: every message's wire bytes through the
+    /// receiver's link back to back, after one message's idle-network
+    /// latency (µs).
+    pub rct_ideal_us: f64,
+    /// Incast DATA wire bytes offered in the window over the window's
+    /// capacity of all host links (the background's `load` is on the same
+    /// basis).
+    pub offered_load: f64,
 }
 
 /// Progress of a run, for progress bars.
@@ -439,6 +557,8 @@ struct Pending {
     start: Time,
     size: u32,
     measured: bool,
+    /// A message of an incast round (not in the slowdown statistics).
+    incast: bool,
 }
 
 /// State shared by the applications and the run loop.
@@ -457,6 +577,10 @@ struct Shared {
     measured_done: u64,
     unexpected_events: u64,
     paths: [Path; 2],
+    /// Messages of the incast round in progress not delivered yet, and the
+    /// time of the latest delivery.
+    incast_left: usize,
+    incast_last_at: Time,
 }
 
 impl Shared {
@@ -488,7 +612,10 @@ impl App for SimApp {
                         sh.delivered_bytes += message.len() as u64;
                         sh.cancels.push((s, RpcId(rpc.id)));
                         sh.server_rpcs_abandoned += 1;
-                        if p.measured {
+                        if p.incast {
+                            sh.incast_left -= 1;
+                            sh.incast_last_at = now;
+                        } else if p.measured {
                             let core = sh.topology.crosses_core(s, ctx.host());
                             let best = sh.best_case(p.size, core);
                             sh.completions.push(Completion {
@@ -618,6 +745,22 @@ struct Run<'s> {
     cancels: Vec<(HostId, RpcId)>,
     msgs: Vec<(HostId, HostId, u32, bool)>,
     meter: Meter,
+    incast: IncastState,
+}
+
+/// The incast overlay's progress (see [`IncastOverlay`]).
+#[derive(Default)]
+struct IncastState {
+    /// When the next round starts (`None`: no overlay, or a round runs).
+    next_at: Option<Time>,
+    /// The round in progress: its start and whether it is measured (it
+    /// started while the measurement window was open).
+    round: Option<(Time, bool)>,
+    rounds_started: u64,
+    /// Completion times of the measured rounds (ns), in order.
+    rcts: Vec<u64>,
+    /// Wire bytes of DATA offered by incast rounds while the window was open.
+    offered_in_window: u64,
 }
 
 /// Offered and carried DATA wire bytes over the run, for the steady-state
@@ -670,6 +813,8 @@ impl<'s> Run<'s> {
             measured_done: 0,
             unexpected_events: 0,
             paths,
+            incast_left: 0,
+            incast_last_at: 0,
         }));
         let seed = spec.seed;
         let net = EngineNet::new(
@@ -684,7 +829,19 @@ impl<'s> Run<'s> {
             },
         )
         .expect("engine configuration is valid");
-        let zeros = static_zeros(spec.workload.max_len() as usize);
+        let mut net = net;
+        if !spec.clocks.is_shared() {
+            for (h, c) in spec.clocks.clocks(n, seed).into_iter().enumerate() {
+                net.set_clock(h, c);
+            }
+        }
+        if let Some(i) = spec.incast {
+            assert!(
+                i.senders >= 1 && i.senders < n && i.receiver < n,
+                "bad incast overlay {i:?} for {n} hosts"
+            );
+        }
+        let zeros = static_zeros(spec.max_message_len() as usize);
         let mut rng = ChaCha8Rng::seed_from_u64(mix(seed ^ 0x5EED_A551));
 
         // Arrival process.
@@ -767,6 +924,10 @@ impl<'s> Run<'s> {
             cancels: Vec::new(),
             msgs: Vec::with_capacity(per_round),
             meter,
+            incast: IncastState {
+                next_at: spec.incast.map(|_| 0),
+                ..IncastState::default()
+            },
         }
     }
 
@@ -781,6 +942,7 @@ impl<'s> Run<'s> {
                 self.arrive(at);
             }
             self.cancel_delivered();
+            self.end_incast_round_if_done();
             if self.is_over(arrival, stepped) {
                 break;
             }
@@ -788,13 +950,18 @@ impl<'s> Run<'s> {
         }
     }
 
-    /// When the next message arrives (`None`: no more arrivals).
+    /// When the next message (or incast round) arrives (`None`: no more
+    /// arrivals).
     #[inline]
     fn next_arrival(&self) -> Option<Time> {
-        if self.spec.trace.is_some() {
+        let next = if self.spec.trace.is_some() {
             self.trace.get(self.trace_pos).map(|m| m.at)
         } else {
             self.ahead.next_at()
+        };
+        match (next, self.incast.next_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -837,6 +1004,10 @@ impl<'s> Run<'s> {
     fn arrive(&mut self, at: Time) {
         self.net.run_until(at);
         self.msgs.clear();
+        if self.incast.next_at.is_some_and(|t| t <= at) {
+            self.start_incast_round(at);
+            return;
+        }
         if self.spec.trace.is_some() {
             let m = self.trace[self.trace_pos];
             self.trace_pos += 1;
@@ -909,6 +1080,7 @@ impl<'s> Run<'s> {
                     start: at,
                     size,
                     measured,
+                    incast: false,
                 },
             );
             self.generated += 1;
@@ -918,11 +1090,71 @@ impl<'s> Run<'s> {
         }
     }
 
+    /// Starts a round of the incast overlay: its senders each hand one
+    /// message to their engine now.
+    fn start_incast_round(&mut self, at: Time) {
+        let i = self.spec.incast.expect("an incast overlay");
+        let measured = self.window_start.is_some() && self.gen_stopped_at.is_none();
+        let (mps, framing) = (self.spec.max_packet_size, self.topology.overhead_bytes);
+        let wire = crate::steady::wire_bytes(i.message_size, mps, framing);
+        for k in 1..=i.senders {
+            let src = (i.receiver + k) % self.n;
+            self.meter.offered += wire;
+            if measured {
+                self.incast.offered_in_window += wire;
+            }
+            let payload = Bytes::from_static(&self.zeros[..i.message_size as usize]);
+            let id = self
+                .net
+                .send_request(src, i.receiver, payload)
+                .expect("the engine accepts every incast message");
+            self.shared.borrow_mut().outstanding[src].insert(
+                id.0,
+                Pending {
+                    start: at,
+                    size: i.message_size,
+                    measured: false,
+                    incast: true,
+                },
+            );
+        }
+        self.shared.borrow_mut().incast_left = i.senders;
+        self.incast.round = Some((at, measured));
+        self.incast.next_at = None;
+        self.incast.rounds_started += 1;
+    }
+
+    /// Ends the incast round in progress once its last message is in, and
+    /// plans the next one `gap_ns` later.
+    fn end_incast_round_if_done(&mut self) {
+        let Some((start, measured)) = self.incast.round else {
+            return;
+        };
+        let (left, last) = {
+            let sh = self.shared.borrow();
+            (sh.incast_left, sh.incast_last_at)
+        };
+        if left > 0 {
+            return;
+        }
+        if measured {
+            self.incast.rcts.push(last - start);
+        }
+        self.incast.round = None;
+        let gap = self.spec.incast.map_or(0, |i| i.gap_ns);
+        self.incast.next_at = Some((last + gap).max(self.net.now()));
+    }
+
     fn close_window_if_over(&mut self, at: Time) {
-        let window_over = match self.spec.stop {
+        let mut window_over = match self.spec.stop {
             Stop::Messages(_) => self.measured_generated >= self.schedule.target_msgs,
             Stop::Duration(_) | Stop::Steady { .. } => at >= self.schedule.gen_end_time,
         };
+        if let (Some(i), Some(ws)) = (self.spec.incast, self.window_start) {
+            // Enough measured rounds, or the window has lasted its longest.
+            window_over = (window_over && self.incast.rcts.len() >= i.min_rounds)
+                || at >= ws.saturating_add(i.max_window_ns);
+        }
         if window_over {
             if let Some(ws) = self.window_start {
                 let delivered =
@@ -968,7 +1200,8 @@ impl<'s> Run<'s> {
             (None, Some(_)) => true,
             _ => false,
         };
-        if all_generated && done >= self.measured_total() {
+        let incast_measured_running = self.incast.round.is_some_and(|r| r.1);
+        if all_generated && done >= self.measured_total() && !incast_measured_running {
             return true;
         }
         if self.drain_limit.is_none() {
@@ -1131,8 +1364,12 @@ impl<'s> Run<'s> {
             pool_bytes: config.pool_bytes,
             drain_factor: spec.drain_factor,
             measurement: "one-way: request handed to the sender's engine -> Event::Request at the receiver; slowdown = latency / analytic idle-network latency for the same size and path",
+            onramp: config.onramp,
+            clocks: spec.clocks,
+            incast: spec.incast,
             engine_config: format!("{:?}", config.resolved()),
         };
+        let incast = spec.incast.map(|overlay| self.incast_result(overlay, now));
         Report {
             workload: spec.workload.name.clone(),
             load: spec.load,
@@ -1176,6 +1413,63 @@ impl<'s> Run<'s> {
             steady_state,
             params,
             completions: sh.completions.clone(),
+            drops_by_class: crate::experiment::drops_by_class(net.fabric()),
+            incast,
+        }
+    }
+
+    /// The incast overlay's rounds at the end of the run (`now`).
+    fn incast_result(&self, overlay: IncastOverlay, now: Time) -> IncastResult {
+        let mut rcts = self.incast.rcts.clone();
+        let unfinished_round = match self.incast.round {
+            Some((start, true)) => {
+                rcts.push(now - start);
+                true
+            }
+            _ => false,
+        };
+        let mut sorted = rcts.clone();
+        sorted.sort_unstable();
+        let pct = |p: f64| {
+            if sorted.is_empty() {
+                return 0.0;
+            }
+            let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+            sorted[rank.min(sorted.len()) - 1] as f64 / 1e3
+        };
+        let t = &self.topology;
+        let mps = self.spec.max_packet_size;
+        let wire = crate::steady::wire_bytes(overlay.message_size, mps, t.overhead_bytes);
+        let path = t.path((overlay.receiver + 1) % self.n, overlay.receiver);
+        let one = t.best_case_ns(&path, overlay.message_size, mps);
+        let ideal_ns =
+            one + crate::topology::tx_time(wire * (overlay.senders as u64 - 1), t.host_link_bps);
+        let window_ns = self
+            .meter
+            .at_close
+            .map_or(now, |c| c.2)
+            .saturating_sub(self.window_start.unwrap_or(0));
+        let cap = window_ns as f64 / 1e9 * self.n as f64 * t.host_link_bps as f64 / 8.0;
+        IncastResult {
+            overlay,
+            rounds_started: self.incast.rounds_started,
+            rounds_measured: rcts.len(),
+            unfinished_round,
+            rct_p50_us: pct(50.0),
+            rct_p99_us: pct(99.0),
+            rct_max_us: sorted.last().map_or(0.0, |&v| v as f64 / 1e3),
+            rct_mean_us: if rcts.is_empty() {
+                0.0
+            } else {
+                rcts.iter().sum::<u64>() as f64 / rcts.len() as f64 / 1e3
+            },
+            rct_ns: rcts,
+            rct_ideal_us: ideal_ns as f64 / 1e3,
+            offered_load: if cap > 0.0 {
+                self.incast.offered_in_window as f64 / cap
+            } else {
+                0.0
+            },
         }
     }
 }

@@ -33,12 +33,14 @@
 #![forbid(unsafe_code)]
 
 pub mod apps;
+pub mod clock;
 pub mod driver;
 pub mod faults;
 pub mod net;
 mod sched;
 
 pub use apps::{pattern, Record, Reply, TestApp};
+pub use clock::HostClock;
 pub use driver::{App, DriverStats, EngineNet, HostCtx};
 pub use faults::{Cut, FaultConfig, FaultStats, Partition};
 pub use net::{

@@ -51,6 +51,14 @@ pub struct ExperimentArgs {
     /// onramp: On-Ramp's longest hold (default: the engine's, 8 T).
     #[arg(long)]
     pub onramp_max_hold: Option<String>,
+    /// onramp: after a hold, the destination stays open this per-mille of
+    /// the hold's length (default: the engine's).
+    #[arg(long)]
+    pub onramp_open_permille: Option<u32>,
+    /// onramp: holds start only on reports about packets sent after the
+    /// previous hold (true/false; default: the engine's).
+    #[arg(long)]
+    pub onramp_fresh_reports: Option<bool>,
     /// onramp: hosts' clocks up to this far apart either way (e.g. 1s;
     /// uniform per host from the seed). Default 0: one shared clock.
     #[arg(long, default_value = "0")]
@@ -267,16 +275,21 @@ fn onramp_spec(
         "off" => false,
         other => bail!("--onramp must be on or off, not {other:?}"),
     };
-    spec.onramp_threshold_ns = e
+    spec.onramp_settings.threshold_ns = e
         .onramp_threshold
         .as_deref()
         .map(|s| dur("onramp-threshold", s))
         .transpose()?;
-    spec.onramp_max_hold_ns = e
+    spec.onramp_settings.max_hold_ns = e
         .onramp_max_hold
         .as_deref()
         .map(|s| dur("onramp-max-hold", s))
         .transpose()?;
+    if e.onramp_open_permille == Some(0) {
+        bail!("--onramp-open-permille must be positive");
+    }
+    spec.onramp_settings.open_permille = e.onramp_open_permille;
+    spec.onramp_settings.fresh_reports = e.onramp_fresh_reports;
     let offset_ns = dur("clock-offset-ns", &e.clock_offset_ns)?;
     if offset_ns > 1_000_000_000_000 {
         bail!("--clock-offset-ns above 1000 s");
@@ -359,5 +372,65 @@ mod tests {
         e.experiment = Some("rtt-mix".into());
         e.host_delays = Some("far".into());
         assert!(bad(&e, "adaptive").is_err());
+    }
+
+    #[test]
+    fn onramp_options_map_to_the_spec_and_bad_ones_are_refused() {
+        let t = T::parse_from([
+            "x",
+            "--experiment",
+            "onramp",
+            "--senders",
+            "64",
+            "--message-size",
+            "500000",
+            "--background",
+            "w3:0.4",
+            "--onramp",
+            "on",
+            "--clock-offset-ns",
+            "1s",
+            "--clock-drift-ppm",
+            "50",
+            "--onramp-threshold",
+            "10us",
+        ]);
+        let c = Common {
+            variant: Some("basic"),
+            priorities: Some(1),
+            seed: 7,
+            ..Common::default()
+        };
+        let s = onramp_spec(&t.e, &c, None).unwrap();
+        assert_eq!((s.senders, s.message_size, s.hosts), (64, 500_000, 65));
+        assert_eq!((s.background.name.as_str(), s.load), ("w3", 0.4));
+        assert!(s.onramp);
+        assert_eq!(s.variant, Variant::Basic);
+        assert_eq!((s.priorities, s.seed), (Some(1), 7));
+        assert_eq!(s.clocks.offset_ns, 1_000_000_000);
+        assert_eq!(s.clocks.drift_ppm, 50.0);
+        assert_eq!(s.onramp_settings.threshold_ns, Some(10_000));
+        assert_eq!(s.buffer_bytes, Some(256_000));
+        let refused = |args: &[&str], c: &Common<'_>| {
+            let mut v = vec!["x", "--experiment", "onramp"];
+            v.extend_from_slice(args);
+            onramp_spec(&T::parse_from(v).e, c, None).is_err()
+        };
+        let plain = Common::default();
+        assert!(refused(&["--onramp", "maybe"], &plain));
+        assert!(refused(&["--background", "w4"], &plain));
+        assert!(refused(&["--senders", "8", "--hosts", "8"], &plain));
+        assert!(refused(&["--clock-drift-ppm=-1"], &plain));
+        assert!(refused(&["--onramp-open-permille", "0"], &plain));
+        let p9 = Common {
+            priorities: Some(9),
+            ..Common::default()
+        };
+        assert!(refused(&[], &p9));
+        let tcp = Common {
+            variant: Some("tcp"),
+            ..Common::default()
+        };
+        assert!(refused(&[], &tcp));
     }
 }

@@ -23,6 +23,12 @@ pub(crate) struct OnRampParams {
     /// Length (ns) of each half of the two-bucket windowed minimum of the
     /// one-way delay.
     pub window_ns: u64,
+    /// After a hold, the destination stays open this per-mille of its
+    /// length before another (`Config::onramp_open_permille`).
+    pub open_permille: u32,
+    /// Only reports about packets sent after the previous hold ended start
+    /// a hold (`Config::onramp_fresh_reports`).
+    pub fresh_reports: bool,
 }
 
 impl OnRampParams {
@@ -32,6 +38,8 @@ impl OnRampParams {
             threshold_ns: config.effective_onramp_threshold_ns(),
             max_hold_ns: config.effective_onramp_max_hold_ns(),
             window_ns: config.onramp_owd_window_ns,
+            open_permille: config.onramp_open_permille,
+            fresh_reports: config.onramp_fresh_reports,
         })
     }
 }
@@ -58,7 +66,8 @@ pub(crate) struct OnRampPath {
     /// Whether the destination is held now; its messages are parked.
     pub held: bool,
     /// When the latest hold ended, and how long it was: a new hold may not
-    /// start before `released_at + last_hold` (see [`Self::sample`]).
+    /// start before `released_at + last_hold × open_permille / 1000` (see
+    /// [`Self::sample`]).
     pub released_at: Time,
     pub last_hold: u64,
 }
@@ -108,7 +117,13 @@ impl OnRampPath {
     /// stale ones about packets sent before the hold, or forged ones — hold
     /// a destination at most half of the time and never more than
     /// `max_hold_ns` at once.
-    pub fn sample(&mut self, now: Time, owd: i64, p: &OnRampParams) -> Option<u64> {
+    ///
+    /// `echo_time` is the report's echo of our own send time (our clock,
+    /// plus the peer's holding time, which is short for the GRANTs and
+    /// DATA that carry most reports): with `fresh_reports` a report whose
+    /// echo is older than the end of the previous hold is about a packet
+    /// sent before it, and starts nothing.
+    pub fn sample(&mut self, now: Time, owd: i64, echo_time: u64, p: &OnRampParams) -> Option<u64> {
         if now.saturating_sub(self.bucket_start) >= p.window_ns {
             // Two windows without a sample forget everything.
             self.prev_min = if now.saturating_sub(self.bucket_start) >= 2 * p.window_ns {
@@ -122,9 +137,11 @@ impl OnRampPath {
         self.cur_min = self.cur_min.min(owd);
         let min = self.cur_min.min(self.prev_min);
         self.queueing_ns = owd.saturating_sub(min).max(0) as u64;
+        let open_for = self.last_hold.saturating_mul(p.open_permille as u64) / 1000;
         if self.queueing_ns <= p.threshold_ns
             || self.held
-            || now < self.released_at.saturating_add(self.last_hold)
+            || now < self.released_at.saturating_add(open_for)
+            || (p.fresh_reports && echo_time < self.released_at)
         {
             return None;
         }
@@ -241,7 +258,7 @@ impl crate::endpoint::Endpoint {
             return;
         };
         let path = &mut self.peers.path_mut(pk).onramp;
-        if path.sample(now, owd, &p).is_none() {
+        if path.sample(now, owd, echo_time, &p).is_none() {
             return;
         }
         let until = path.held_until;
@@ -301,6 +318,8 @@ mod tests {
         threshold_ns: 10_000,
         max_hold_ns: 100_000,
         window_ns: 10_000_000,
+        open_permille: 1000,
+        fresh_reports: false,
     };
 
     #[test]
@@ -318,25 +337,55 @@ mod tests {
     #[test]
     fn a_queueing_delay_above_t_holds_for_the_excess_once() {
         let mut p = OnRampPath::default();
-        assert_eq!(p.sample(0, -7_000, &P), None);
-        assert_eq!(p.sample(10, -7_000 + 10_000, &P), None); // exactly T
-        assert_eq!(p.sample(20, -7_000 + 35_000, &P), Some(25_000));
+        assert_eq!(p.sample(0, -7_000, 0, &P), None);
+        assert_eq!(p.sample(10, -7_000 + 10_000, 0, &P), None); // exactly T
+        assert_eq!(p.sample(20, -7_000 + 35_000, 0, &P), Some(25_000));
         assert!(p.held && p.held_until == 25_020);
         // Not extended while held.
-        assert_eq!(p.sample(30, 1_000_000, &P), None);
+        assert_eq!(p.sample(30, 1_000_000, 0, &P), None);
         p.release(25_020);
         // Not again before as long as the hold has passed.
-        assert_eq!(p.sample(40_000, 1_000_000, &P), None);
-        assert_eq!(p.sample(50_040, 1_000_000, &P), Some(P.max_hold_ns));
+        assert_eq!(p.sample(40_000, 1_000_000, 0, &P), None);
+        assert_eq!(p.sample(50_040, 1_000_000, 0, &P), Some(P.max_hold_ns));
+    }
+
+    /// `open_permille` sets how long a destination stays open after a
+    /// hold; `fresh_reports` ignores reports about packets sent before the
+    /// hold ended (their echo is older).
+    #[test]
+    fn open_time_and_fresh_reports_gate_the_next_hold() {
+        let quarter = OnRampParams {
+            open_permille: 250,
+            ..P
+        };
+        let mut p = OnRampPath::default();
+        p.sample(0, 0, 0, &quarter);
+        assert_eq!(p.sample(10, 50_000, 0, &quarter), Some(40_000));
+        p.release(40_010);
+        // Open a quarter of the 40 µs hold: 10 µs.
+        assert_eq!(p.sample(50_000, 50_000, 0, &quarter), None);
+        assert_eq!(p.sample(50_010, 50_000, 0, &quarter), Some(40_000));
+        let fresh = OnRampParams {
+            fresh_reports: true,
+            ..quarter
+        };
+        let mut p = OnRampPath::default();
+        p.sample(0, 0, 0, &fresh);
+        assert_eq!(p.sample(10, 50_000, 5, &fresh), Some(40_000));
+        p.release(40_010);
+        // Open long enough, but the report is about a packet sent at
+        // 30_000, during the hold.
+        assert_eq!(p.sample(60_000, 50_000, 30_000, &fresh), None);
+        assert_eq!(p.sample(60_001, 50_000, 40_010, &fresh), Some(40_000));
     }
 
     #[test]
     fn the_minimum_is_forgotten_after_two_windows() {
         let mut p = OnRampPath::default();
-        p.sample(0, 100, &P);
-        p.sample(P.window_ns, 500, &P);
+        p.sample(0, 100, 0, &P);
+        p.sample(P.window_ns, 500, 0, &P);
         assert_eq!(p.min(), Some(100));
-        p.sample(2 * P.window_ns, 500, &P);
+        p.sample(2 * P.window_ns, 500, 0, &P);
         assert_eq!(p.min(), Some(500));
     }
 
@@ -367,7 +416,7 @@ mod tests {
                 let echo = sent.wrapping_add(hold_at_peer);
                 let now = sent + 2 * owd + hold_at_peer;
                 let r = reported_owd(send, echo).unwrap();
-                out.push((p.sample(now, r, &P), p.queueing_ns));
+                out.push((p.sample(now, r, echo, &P), p.queueing_ns));
                 if p.held && now >= p.held_until {
                     p.release(now);
                 }

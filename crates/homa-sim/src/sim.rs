@@ -177,6 +177,32 @@ impl ClockSpread {
     }
 }
 
+/// On-Ramp's settings (`Config::onramp_*`; `None`: the engine's default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OnRampSettings {
+    pub threshold_ns: Option<u64>,
+    pub max_hold_ns: Option<u64>,
+    pub open_permille: Option<u32>,
+    pub fresh_reports: Option<bool>,
+}
+
+impl OnRampSettings {
+    pub fn apply(&self, c: &mut Config) {
+        if self.threshold_ns.is_some() {
+            c.onramp_threshold_ns = self.threshold_ns;
+        }
+        if self.max_hold_ns.is_some() {
+            c.onramp_max_hold_ns = self.max_hold_ns;
+        }
+        if let Some(v) = self.open_permille {
+            c.onramp_open_permille = v;
+        }
+        if let Some(v) = self.fresh_reports {
+            c.onramp_fresh_reports = v;
+        }
+    }
+}
+
 /// One message of an explicit schedule (used instead of random arrivals).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct TraceMsg {
@@ -232,10 +258,9 @@ pub struct SimSpec {
     /// and results are the same either way.
     pub keep_payloads: bool,
     /// Every host's engine runs On-Ramp (`Config::onramp`), with these
-    /// settings (`None`: the engine's derivation).
+    /// settings.
     pub onramp: bool,
-    pub onramp_threshold_ns: Option<u64>,
-    pub onramp_max_hold_ns: Option<u64>,
+    pub onramp_settings: OnRampSettings,
     /// Repeated incasts on top of the random arrivals.
     pub incast: Option<IncastOverlay>,
     /// Hosts' clocks (default: one shared clock).
@@ -266,8 +291,7 @@ impl SimSpec {
             trace: None,
             keep_payloads: false,
             onramp: false,
-            onramp_threshold_ns: None,
-            onramp_max_hold_ns: None,
+            onramp_settings: OnRampSettings::default(),
             incast: None,
             clocks: ClockSpread::default(),
         }
@@ -375,8 +399,7 @@ impl SimSpec {
         c.max_server_rpcs_per_peer = 1 << 20;
         c.max_overcommit = self.overcommit_degree();
         c.onramp = self.onramp;
-        c.onramp_threshold_ns = self.onramp_threshold_ns;
-        c.onramp_max_hold_ns = self.onramp_max_hold_ns;
+        self.onramp_settings.apply(&mut c);
         if self.variant == Variant::Basic {
             // BasicTransport: every message granted (no ranking, no cap on
             // overcommitment), 5 full packets beyond a round trip at a

@@ -113,10 +113,11 @@ impl OnRampPath {
     /// rule: hold until the excess queue has drained at line rate; see
     /// `docs/onramp.md`), at most `max_hold_ns`. A hold is not extended
     /// while it runs, and after one ends a new one may start only when the
-    /// destination has been open as long as it was held, so that reports —
-    /// stale ones about packets sent before the hold, or forged ones — hold
-    /// a destination at most half of the time and never more than
-    /// `max_hold_ns` at once.
+    /// destination has been open `open_permille` of the hold's length (by
+    /// default as long as it was held), so that reports — stale ones about
+    /// packets sent before the hold, or forged ones — hold a destination at
+    /// most 1000 / (1000 + `open_permille`) of the time (half by default)
+    /// and never more than `max_hold_ns` at once.
     ///
     /// `echo_time` is the report's echo of our own send time (our clock,
     /// plus the peer's holding time, which is short for the GRANTs and

@@ -125,7 +125,13 @@ impl OnRampPath {
     /// echo is older than the end of the previous hold is about a packet
     /// sent before it, and starts nothing.
     pub fn sample(&mut self, now: Time, owd: i64, echo_time: u64, p: &OnRampParams) -> Option<u64> {
-        if now.saturating_sub(self.bucket_start) >= p.window_ns {
+        if self.cur_min == i64::MAX && self.prev_min == i64::MAX {
+            // The first sample (or the first after two empty windows)
+            // starts the first bucket: bucket edges are relative to the
+            // samples, never to the clock's reading, so that hosts whose
+            // clocks read differently decide alike.
+            self.bucket_start = now;
+        } else if now.saturating_sub(self.bucket_start) >= p.window_ns {
             // Two windows without a sample forget everything.
             self.prev_min = if now.saturating_sub(self.bucket_start) >= 2 * p.window_ns {
                 i64::MAX
@@ -378,6 +384,28 @@ mod tests {
         // 30_000, during the hold.
         assert_eq!(p.sample(60_000, 50_000, 30_000, &fresh), None);
         assert_eq!(p.sample(60_001, 50_000, 40_010, &fresh), Some(40_000));
+    }
+
+    /// The windows start at the first sample, whatever the clock reads: a
+    /// clock 1 s ahead keeps the same minimum at the same moments (with
+    /// buckets aligned to the clock's zero it would forget it at other
+    /// moments).
+    #[test]
+    fn the_windows_start_at_the_first_sample() {
+        let run = |start: Time| {
+            let mut p = OnRampPath::default();
+            let mut mins = Vec::new();
+            for i in 0..40u64 {
+                let now = start + 1_000_000 + i * 1_000_000;
+                // A minimum early on, higher delays later.
+                let owd = if i == 3 { 100 } else { 5_000 + (i % 4) as i64 };
+                p.sample(now, owd, 0, &P);
+                mins.push(p.min());
+            }
+            mins
+        };
+        assert_eq!(run(1_000_000_000), run(0));
+        assert_eq!(run(7_777_777), run(0));
     }
 
     #[test]

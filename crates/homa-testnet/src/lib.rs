@@ -13,6 +13,9 @@
 //!   [`Hosts`].
 //! * [`EngineNet`] (module [`driver`]) attaches one `Endpoint` and one [`App`]
 //!   per host.
+//! * [`clock`]: every host's engine reads its own clock ([`HostClock`]: an
+//!   offset and a rate error against the network's time), so that
+//!   unsynchronised hosts can be simulated.
 //! * [`faults`] holds the seeded fault model (loss, duplication, reordering,
 //!   corruption, partitions; crashes are in the driver).
 //!

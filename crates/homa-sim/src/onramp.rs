@@ -154,6 +154,8 @@ pub struct OnRampReport {
     /// link, after one message's idle latency.
     pub incast_rct_ideal_us: f64,
     pub incast_rounds: usize,
+    /// Every measured round's completion time (µs), in order.
+    pub incast_rct_us: Vec<f64>,
     /// A measured round had not finished at the end (its age counts).
     pub incast_unfinished_round: bool,
     /// Background messages by size decile: slowdown of one-way latency.
@@ -227,6 +229,7 @@ fn report(
         incast_rct_mean_us: incast.rct_mean_us,
         incast_rct_ideal_us: incast.rct_ideal_us,
         incast_rounds: incast.rounds_measured,
+        incast_rct_us: incast.rct_ns.iter().map(|&ns| ns as f64 / 1e3).collect(),
         incast_unfinished_round: incast.unfinished_round,
         background_deciles: r.deciles.clone(),
         background_messages: r.messages,
@@ -313,6 +316,12 @@ mod tests {
         assert!(r.incast_rounds >= 4 && !r.incast_unfinished_round, "{r:?}");
         assert!(r.incast_rct_p50_us >= r.incast_rct_ideal_us * 0.99, "{r:?}");
         assert!(r.incast_rct_p99_us >= r.incast_rct_p50_us);
+        assert_eq!(r.incast_rct_us.len(), r.incast_rounds);
+        let max = r.incast_rct_us.iter().cloned().fold(0.0, f64::max);
+        assert_eq!(
+            max, r.incast_rct_p99_us,
+            "fewer than 100 rounds: p99 is the largest"
+        );
         assert_eq!(r.background_deciles.len(), 10);
         assert!(r.background_messages > 500 && r.background_unfinished == 0);
         assert!(r.background_deciles.iter().all(|g| g.p99_slowdown >= 1.0));

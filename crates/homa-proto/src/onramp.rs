@@ -29,6 +29,13 @@ pub(crate) struct OnRampParams {
     /// Only reports about packets sent after the previous hold ended start
     /// a hold (`Config::onramp_fresh_reports`).
     pub fresh_reports: bool,
+    /// A hold keeps unscheduled bytes too: true on a network with one
+    /// priority level, where they queue behind everything else. With
+    /// several levels they go above the scheduled packets whose queueing
+    /// the reports measure, so holding them only delays them (measured:
+    /// `docs/onramp.md` §6.7); a held message then sends its unscheduled
+    /// bytes and is parked when it reaches its scheduled part.
+    pub hold_unscheduled: bool,
 }
 
 impl OnRampParams {
@@ -40,6 +47,7 @@ impl OnRampParams {
             window_ns: config.onramp_owd_window_ns,
             open_permille: config.onramp_open_permille,
             fresh_reports: config.onramp_fresh_reports,
+            hold_unscheduled: config.priority_levels <= 1,
         })
     }
 }
@@ -279,7 +287,7 @@ impl crate::endpoint::Endpoint {
             if self.rpcs[key]
                 .out
                 .as_ref()
-                .is_some_and(|o| o.queued.is_some())
+                .is_some_and(|o| o.queued.is_some() && (p.hold_unscheduled || o.scheduled_part()))
             {
                 self.unqueue_out(key);
                 if self.onramp.park(key) {
@@ -310,10 +318,18 @@ impl crate::endpoint::Endpoint {
         }
     }
 
-    /// Whether messages to peer `pk` are held now (On-Ramp on).
+    /// Whether message `key`, with bytes to send, waits outside the send
+    /// queue now: its destination is held, and the hold keeps its next
+    /// bytes (all of them on a one-level network; only the scheduled part
+    /// on a network with priorities, see `OnRampParams::hold_unscheduled`).
     #[inline]
-    pub(crate) fn onramp_holds(&self, pk: PeerKey) -> bool {
-        self.derived.onramp().is_some() && self.peers.path(pk).onramp.held
+    pub(crate) fn onramp_parks(&self, key: RpcKey) -> bool {
+        let Some(p) = self.derived.onramp() else {
+            return false;
+        };
+        let rpc = &self.rpcs[key];
+        self.peers.path(rpc.peer_key).onramp.held
+            && (p.hold_unscheduled || rpc.out.as_ref().is_some_and(|o| o.scheduled_part()))
     }
 }
 

@@ -17,8 +17,12 @@ fn star(n: usize, cfg: Config) -> EngineNet<TestApp> {
     EngineNet::uniform(fabric, cfg, |_| TestApp::new(Reply::Echo)).unwrap()
 }
 
+/// On-Ramp on, on a network with one priority level (one that ignores
+/// DSCP), where a hold keeps every byte of its destination's messages.
 fn onramp(threshold: u64, max_hold: u64) -> Config {
     Config::default()
+        .with_priority_levels(1)
+        .with_unsched_priorities(1)
         .with_onramp(true)
         .with_onramp_threshold_ns(threshold)
         .with_onramp_max_hold_ns(max_hold)
@@ -249,4 +253,45 @@ fn without_a_hold_onramp_changes_nothing() {
         net.digest()
     };
     assert_eq!(run(true), run(false));
+}
+
+/// With priority levels, a hold keeps only scheduled bytes: unscheduled
+/// ones go above the scheduled packets whose queueing the reports measure.
+/// A message to the held host that fits in its unscheduled bytes finishes
+/// during the hold; a longer one sends its unscheduled bytes and the rest
+/// after the hold.
+#[test]
+fn with_priorities_a_hold_keeps_only_scheduled_bytes() {
+    let mut net = star(
+        3,
+        onramp(20 * US, MS)
+            .with_priority_levels(8)
+            .with_unsched_priorities(4),
+    );
+    for _ in 0..5 {
+        rpc(&mut net, 0, 1, 100);
+    }
+    net.fabric_mut().set_host_rx_delay(1, 60 * US);
+    rpc(&mut net, 0, 1, 100);
+    let s = state(&net, 0, 1);
+    assert!(s.held, "{s:?}");
+    net.fabric_mut().set_host_rx_delay(1, 0);
+    let held_until = s.held_until;
+    let unsched = net.endpoint(0).config().effective_unsched_bytes() as usize;
+    let small = net.send_request(0, 1, pattern(unsched / 2, 5)).unwrap();
+    let large = net.send_request(0, 1, pattern(4 * unsched, 6)).unwrap();
+    let limit = net.now() + 10 * MS;
+    assert!(net.run_until_cond(limit, |n| {
+        [small, large]
+            .iter()
+            .all(|&id| n.app(0).finished_at(id).is_some())
+    }));
+    assert!(done(&net, 0, small) < held_until, "the small one waited");
+    assert!(done(&net, 0, large) > held_until);
+    assert_eq!(
+        net.app(0).response(large).unwrap(),
+        &pattern(4 * unsched, 6)[..]
+    );
+    // The large message was parked when it reached its scheduled part.
+    assert!(net.endpoint(0).metrics().onramp_parked >= 1);
 }

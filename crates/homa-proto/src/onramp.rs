@@ -343,6 +343,7 @@ mod tests {
         window_ns: 10_000_000,
         open_permille: 1000,
         fresh_reports: false,
+        hold_unscheduled: true,
     };
 
     #[test]

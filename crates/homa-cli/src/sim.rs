@@ -136,7 +136,7 @@ pub struct SimArgs {
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
-    /// Issue #20's experiments (`--experiment rtt-mix|incast`).
+    /// Issue #20's and #22's experiments (`--experiment rtt-mix|incast|onramp`).
     #[command(flatten)]
     experiment: crate::sim_experiment::ExperimentArgs,
 }
@@ -296,12 +296,17 @@ pub fn run(a: SimArgs) -> Result<()> {
     if a.experiment.experiment.is_some() {
         return crate::sim_experiment::run(
             &a.experiment,
-            a.experiment.window.as_deref(),
-            a.buffer_bytes,
-            a.host_gbps,
-            a.overcommit.first().copied(),
-            a.seed.first().copied().unwrap_or(1),
-            a.json,
+            &crate::sim_experiment::Common {
+                window: a.experiment.window.as_deref(),
+                buffer_bytes: a.buffer_bytes,
+                host_gbps: a.host_gbps,
+                overcommit: a.overcommit.first().copied(),
+                variant: a.variant.first().map(String::as_str),
+                priorities: a.priorities.first().copied(),
+                warmup_time: a.warmup_time.as_deref(),
+                seed: a.seed.first().copied().unwrap_or(1),
+                json: a.json,
+            },
         );
     }
     let specs = specs(&a)?;

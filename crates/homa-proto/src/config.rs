@@ -231,6 +231,17 @@ pub struct Config {
     /// off by up to 2 × 10 ms × 50 ppm = 1 µs. Long against an incast (so
     /// its queue does not become the minimum), short against drift.
     pub onramp_owd_window_ns: u64,
+    /// After an On-Ramp hold of length h, no new hold of that destination
+    /// starts before it has been open h × this / 1000: a destination is
+    /// held at most 1000 / (1000 + this) of the time, whatever its reports
+    /// say (forged or stale), so a transfer to it takes at most
+    /// (1000 + this) / this times as long.
+    pub onramp_open_permille: u32,
+    /// On-Ramp starts a hold only on a report about a packet sent after
+    /// the destination's previous hold ended (its `echo_time`, our clock,
+    /// is not earlier): a report about a packet sent before the hold
+    /// describes the queue the hold was already for.
+    pub onramp_fresh_reports: bool,
 }
 
 /// Which RTT value signals congestion (`docs/congestion.md`).
@@ -377,6 +388,8 @@ impl Default for Config {
             onramp_threshold_ns: None,
             onramp_max_hold_ns: None,
             onramp_owd_window_ns: 10_000_000,
+            onramp_open_permille: 1000,
+            onramp_fresh_reports: false,
         }
     }
 }
@@ -794,9 +807,12 @@ impl Config {
         if self.onramp
             && (self.effective_onramp_threshold_ns() == 0
                 || self.effective_onramp_max_hold_ns() == 0
-                || self.onramp_owd_window_ns == 0)
+                || self.onramp_owd_window_ns == 0
+                || self.onramp_open_permille == 0)
         {
-            return bad("onramp threshold, max hold and window must be positive".into());
+            return bad(
+                "onramp threshold, max hold, window and open permille must be positive".into(),
+            );
         }
         if self.grant_fifo_permille > 1000
             || self.pacer_fifo_permille > 1000

@@ -139,6 +139,15 @@ pub struct Metrics {
     pub rtt_samples_congested: u64,
     /// RTT samples above seed 003's `rtt_mid`, 3 × the peer's `rtt_min`.
     pub rtt_samples_above_mid: u64,
+    /// On-Ramp: holds started (a destination's DATA kept at the edge
+    /// because its reported queueing delay exceeded T).
+    pub onramp_holds: u64,
+    /// On-Ramp: the holds' lengths, summed (ns), as decided when each
+    /// started (a hold is never extended or cut short).
+    pub onramp_held_ns: u64,
+    /// On-Ramp: messages parked outside the send queue because their
+    /// destination was held (a message parked by two holds counts twice).
+    pub onramp_parked: u64,
 }
 
 impl Metrics {
@@ -195,6 +204,9 @@ impl Metrics {
             ("unsched_window_cuts", self.unsched_window_cuts),
             ("rtt_samples_congested", self.rtt_samples_congested),
             ("rtt_samples_above_mid", self.rtt_samples_above_mid),
+            ("onramp_holds", self.onramp_holds),
+            ("onramp_held_ns", self.onramp_held_ns),
+            ("onramp_parked", self.onramp_parked),
         ];
         v.extend(plain.iter().map(|(n, x)| (n.to_string(), *x)));
         v

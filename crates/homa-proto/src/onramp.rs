@@ -23,6 +23,19 @@ pub(crate) struct OnRampParams {
     /// Length (ns) of each half of the two-bucket windowed minimum of the
     /// one-way delay.
     pub window_ns: u64,
+    /// After a hold, the destination stays open this per-mille of its
+    /// length before another (`Config::onramp_open_permille`).
+    pub open_permille: u32,
+    /// Only reports about packets sent after the previous hold ended start
+    /// a hold (`Config::onramp_fresh_reports`).
+    pub fresh_reports: bool,
+    /// A hold keeps unscheduled bytes too: true on a network with one
+    /// priority level, where they queue behind everything else. With
+    /// several levels they go above the scheduled packets whose queueing
+    /// the reports measure, so holding them only delays them (measured:
+    /// `docs/onramp.md` §6.7); a held message then sends its unscheduled
+    /// bytes and is parked when it reaches its scheduled part.
+    pub hold_unscheduled: bool,
 }
 
 impl OnRampParams {
@@ -32,6 +45,9 @@ impl OnRampParams {
             threshold_ns: config.effective_onramp_threshold_ns(),
             max_hold_ns: config.effective_onramp_max_hold_ns(),
             window_ns: config.onramp_owd_window_ns,
+            open_permille: config.onramp_open_permille,
+            fresh_reports: config.onramp_fresh_reports,
+            hold_unscheduled: config.priority_levels <= 1,
         })
     }
 }
@@ -58,7 +74,8 @@ pub(crate) struct OnRampPath {
     /// Whether the destination is held now; its messages are parked.
     pub held: bool,
     /// When the latest hold ended, and how long it was: a new hold may not
-    /// start before `released_at + last_hold` (see [`Self::sample`]).
+    /// start before `released_at + last_hold × open_permille / 1000` (see
+    /// [`Self::sample`]).
     pub released_at: Time,
     pub last_hold: u64,
 }
@@ -104,12 +121,25 @@ impl OnRampPath {
     /// rule: hold until the excess queue has drained at line rate; see
     /// `docs/onramp.md`), at most `max_hold_ns`. A hold is not extended
     /// while it runs, and after one ends a new one may start only when the
-    /// destination has been open as long as it was held, so that reports —
-    /// stale ones about packets sent before the hold, or forged ones — hold
-    /// a destination at most half of the time and never more than
-    /// `max_hold_ns` at once.
-    pub fn sample(&mut self, now: Time, owd: i64, p: &OnRampParams) -> Option<u64> {
-        if now.saturating_sub(self.bucket_start) >= p.window_ns {
+    /// destination has been open `open_permille` of the hold's length (by
+    /// default as long as it was held), so that reports — stale ones about
+    /// packets sent before the hold, or forged ones — hold a destination at
+    /// most 1000 / (1000 + `open_permille`) of the time (half by default)
+    /// and never more than `max_hold_ns` at once.
+    ///
+    /// `echo_time` is the report's echo of our own send time (our clock,
+    /// plus the peer's holding time, which is short for the GRANTs and
+    /// DATA that carry most reports): with `fresh_reports` a report whose
+    /// echo is older than the end of the previous hold is about a packet
+    /// sent before it, and starts nothing.
+    pub fn sample(&mut self, now: Time, owd: i64, echo_time: u64, p: &OnRampParams) -> Option<u64> {
+        if self.cur_min == i64::MAX && self.prev_min == i64::MAX {
+            // The first sample (or the first after two empty windows)
+            // starts the first bucket: bucket edges are relative to the
+            // samples, never to the clock's reading, so that hosts whose
+            // clocks read differently decide alike.
+            self.bucket_start = now;
+        } else if now.saturating_sub(self.bucket_start) >= p.window_ns {
             // Two windows without a sample forget everything.
             self.prev_min = if now.saturating_sub(self.bucket_start) >= 2 * p.window_ns {
                 i64::MAX
@@ -122,9 +152,11 @@ impl OnRampPath {
         self.cur_min = self.cur_min.min(owd);
         let min = self.cur_min.min(self.prev_min);
         self.queueing_ns = owd.saturating_sub(min).max(0) as u64;
+        let open_for = self.last_hold.saturating_mul(p.open_permille as u64) / 1000;
         if self.queueing_ns <= p.threshold_ns
             || self.held
-            || now < self.released_at.saturating_add(self.last_hold)
+            || now < self.released_at.saturating_add(open_for)
+            || (p.fresh_reports && echo_time < self.released_at)
         {
             return None;
         }
@@ -173,11 +205,14 @@ impl OnRamp {
         self.next_release = self.next_release.min(until);
     }
 
-    /// Parks message `key` (its destination is held).
-    pub fn park(&mut self, key: RpcKey) {
-        if !self.parked.contains(&key) {
+    /// Parks message `key` (its destination is held); false if it was
+    /// parked already.
+    pub fn park(&mut self, key: RpcKey) -> bool {
+        let new = !self.parked.contains(&key);
+        if new {
             self.parked.push(key);
         }
+        new
     }
 
     /// The peers whose hold ends by `now` (removed from the held list), and
@@ -238,10 +273,12 @@ impl crate::endpoint::Endpoint {
             return;
         };
         let path = &mut self.peers.path_mut(pk).onramp;
-        if path.sample(now, owd, &p).is_none() {
+        if path.sample(now, owd, echo_time, &p).is_none() {
             return;
         }
         let until = path.held_until;
+        self.metrics.onramp_holds += 1;
+        self.metrics.onramp_held_ns += path.last_hold;
         self.onramp.hold(pk, until);
         for key in 0..self.rpcs.key_end() {
             if !self.rpcs.is_live(key) || self.rpcs[key].peer_key != pk {
@@ -250,10 +287,12 @@ impl crate::endpoint::Endpoint {
             if self.rpcs[key]
                 .out
                 .as_ref()
-                .is_some_and(|o| o.queued.is_some())
+                .is_some_and(|o| o.queued.is_some() && (p.hold_unscheduled || o.scheduled_part()))
             {
                 self.unqueue_out(key);
-                self.onramp.park(key);
+                if self.onramp.park(key) {
+                    self.metrics.onramp_parked += 1;
+                }
             }
         }
     }
@@ -279,10 +318,18 @@ impl crate::endpoint::Endpoint {
         }
     }
 
-    /// Whether messages to peer `pk` are held now (On-Ramp on).
+    /// Whether message `key`, with bytes to send, waits outside the send
+    /// queue now: its destination is held, and the hold keeps its next
+    /// bytes (all of them on a one-level network; only the scheduled part
+    /// on a network with priorities, see `OnRampParams::hold_unscheduled`).
     #[inline]
-    pub(crate) fn onramp_holds(&self, pk: PeerKey) -> bool {
-        self.derived.onramp().is_some() && self.peers.path(pk).onramp.held
+    pub(crate) fn onramp_parks(&self, key: RpcKey) -> bool {
+        let Some(p) = self.derived.onramp() else {
+            return false;
+        };
+        let rpc = &self.rpcs[key];
+        self.peers.path(rpc.peer_key).onramp.held
+            && (p.hold_unscheduled || rpc.out.as_ref().is_some_and(|o| o.scheduled_part()))
     }
 }
 
@@ -294,6 +341,9 @@ mod tests {
         threshold_ns: 10_000,
         max_hold_ns: 100_000,
         window_ns: 10_000_000,
+        open_permille: 1000,
+        fresh_reports: false,
+        hold_unscheduled: true,
     };
 
     #[test]
@@ -311,25 +361,77 @@ mod tests {
     #[test]
     fn a_queueing_delay_above_t_holds_for_the_excess_once() {
         let mut p = OnRampPath::default();
-        assert_eq!(p.sample(0, -7_000, &P), None);
-        assert_eq!(p.sample(10, -7_000 + 10_000, &P), None); // exactly T
-        assert_eq!(p.sample(20, -7_000 + 35_000, &P), Some(25_000));
+        assert_eq!(p.sample(0, -7_000, 0, &P), None);
+        assert_eq!(p.sample(10, -7_000 + 10_000, 0, &P), None); // exactly T
+        assert_eq!(p.sample(20, -7_000 + 35_000, 0, &P), Some(25_000));
         assert!(p.held && p.held_until == 25_020);
         // Not extended while held.
-        assert_eq!(p.sample(30, 1_000_000, &P), None);
+        assert_eq!(p.sample(30, 1_000_000, 0, &P), None);
         p.release(25_020);
         // Not again before as long as the hold has passed.
-        assert_eq!(p.sample(40_000, 1_000_000, &P), None);
-        assert_eq!(p.sample(50_040, 1_000_000, &P), Some(P.max_hold_ns));
+        assert_eq!(p.sample(40_000, 1_000_000, 0, &P), None);
+        assert_eq!(p.sample(50_040, 1_000_000, 0, &P), Some(P.max_hold_ns));
+    }
+
+    /// `open_permille` sets how long a destination stays open after a
+    /// hold; `fresh_reports` ignores reports about packets sent before the
+    /// hold ended (their echo is older).
+    #[test]
+    fn open_time_and_fresh_reports_gate_the_next_hold() {
+        let quarter = OnRampParams {
+            open_permille: 250,
+            ..P
+        };
+        let mut p = OnRampPath::default();
+        p.sample(0, 0, 0, &quarter);
+        assert_eq!(p.sample(10, 50_000, 0, &quarter), Some(40_000));
+        p.release(40_010);
+        // Open a quarter of the 40 µs hold: 10 µs.
+        assert_eq!(p.sample(50_000, 50_000, 0, &quarter), None);
+        assert_eq!(p.sample(50_010, 50_000, 0, &quarter), Some(40_000));
+        let fresh = OnRampParams {
+            fresh_reports: true,
+            ..quarter
+        };
+        let mut p = OnRampPath::default();
+        p.sample(0, 0, 0, &fresh);
+        assert_eq!(p.sample(10, 50_000, 5, &fresh), Some(40_000));
+        p.release(40_010);
+        // Open long enough, but the report is about a packet sent at
+        // 30_000, during the hold.
+        assert_eq!(p.sample(60_000, 50_000, 30_000, &fresh), None);
+        assert_eq!(p.sample(60_001, 50_000, 40_010, &fresh), Some(40_000));
+    }
+
+    /// The windows start at the first sample, whatever the clock reads: a
+    /// clock 1 s ahead keeps the same minimum at the same moments (with
+    /// buckets aligned to the clock's zero it would forget it at other
+    /// moments).
+    #[test]
+    fn the_windows_start_at_the_first_sample() {
+        let run = |start: Time| {
+            let mut p = OnRampPath::default();
+            let mut mins = Vec::new();
+            for i in 0..40u64 {
+                let now = start + 1_000_000 + i * 1_000_000;
+                // A minimum early on, higher delays later.
+                let owd = if i == 3 { 100 } else { 5_000 + (i % 4) as i64 };
+                p.sample(now, owd, 0, &P);
+                mins.push(p.min());
+            }
+            mins
+        };
+        assert_eq!(run(1_000_000_000), run(0));
+        assert_eq!(run(7_777_777), run(0));
     }
 
     #[test]
     fn the_minimum_is_forgotten_after_two_windows() {
         let mut p = OnRampPath::default();
-        p.sample(0, 100, &P);
-        p.sample(P.window_ns, 500, &P);
+        p.sample(0, 100, 0, &P);
+        p.sample(P.window_ns, 500, 0, &P);
         assert_eq!(p.min(), Some(100));
-        p.sample(2 * P.window_ns, 500, &P);
+        p.sample(2 * P.window_ns, 500, 0, &P);
         assert_eq!(p.min(), Some(500));
     }
 
@@ -360,7 +462,7 @@ mod tests {
                 let echo = sent.wrapping_add(hold_at_peer);
                 let now = sent + 2 * owd + hold_at_peer;
                 let r = reported_owd(send, echo).unwrap();
-                out.push((p.sample(now, r, &P), p.queueing_ns));
+                out.push((p.sample(now, r, echo, &P), p.queueing_ns));
                 if p.held && now >= p.held_until {
                     p.release(now);
                 }

@@ -99,10 +99,10 @@ impl Endpoint {
     /// send, or takes it out if not, keyed by its current remaining bytes.
     pub(crate) fn requeue_out(&mut self, key: RpcKey) {
         self.unqueue_out(key);
-        if self.onramp_holds(self.rpcs[key].peer_key) {
+        if self.onramp_parks(key) {
             // On-Ramp holds its destination: it waits outside the queue.
-            if self.rpcs[key].out.as_ref().is_some_and(|o| o.sendable()) {
-                self.onramp.park(key);
+            if self.rpcs[key].out.as_ref().is_some_and(|o| o.sendable()) && self.onramp.park(key) {
+                self.metrics.onramp_parked += 1;
             }
             return;
         }
@@ -508,6 +508,13 @@ impl Endpoint {
             Some(old) if out.sendable() => {
                 out.queued = Some(out.remaining());
                 self.sends.update(old, birth, key, out.remaining());
+                // A held destination's message that was let through for
+                // its unscheduled bytes (several priority levels) parks
+                // when it reaches its scheduled part. One compare when
+                // nothing is held.
+                if self.onramp.next_release != Time::MAX && self.onramp_parks(key) {
+                    self.requeue_out(key);
+                }
             }
             _ => self.unqueue_out(key),
         }

@@ -71,6 +71,11 @@ impl OutMsg {
     pub(crate) fn sendable(&self) -> bool {
         self.next_offset < self.granted.min(self.len) || (self.len == 0 && !self.zero_sent)
     }
+    /// Its unscheduled bytes are all sent: what goes next is scheduled.
+    #[inline]
+    pub(crate) fn scheduled_part(&self) -> bool {
+        self.next_offset >= self.unsched
+    }
     pub(crate) fn fully_sent(&self) -> bool {
         self.next_offset >= self.len && (self.len > 0 || self.zero_sent)
     }

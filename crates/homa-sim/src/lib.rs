@@ -12,6 +12,8 @@
 //!   unscheduled priority plan (`homa_proto::priorities`).
 //! * [`experiment`]: issue #20's experiments (rtt-mix, incast): host
 //!   distances, closed-loop clients, drops per port class and priority.
+//! * [`onramp`]: issue #22's On-Ramp experiment (repeated incasts over
+//!   background traffic, shallow buffers, priorities or not, host clocks).
 //! * [`sim`]: one run ([`sim::SimSpec`] in, [`sim::Report`] out).
 //! * [`report`]: tables, JSON, SVG, parallel sweeps.
 //! * [`steady`]: the steady-state window (warm-up, window, drain) and what
@@ -22,6 +24,7 @@
 //! testbed shares them); the `crate::` paths below keep the modules' code
 //! as it was.
 pub mod experiment;
+pub mod onramp;
 pub mod priorities;
 pub mod report;
 pub mod sim;

@@ -16,6 +16,7 @@
 //! engine's deadline. An earlier deadline bumps a generation number, which makes
 //! the older event stale (ignored when it fires).
 
+use crate::clock::HostClock;
 use crate::faults::FaultStats;
 use crate::net::{addr_host, fnv, host_addr, mix, Fabric, HostId, Hosts, NetStats, Packet};
 use crate::sched::Time;
@@ -88,9 +89,8 @@ pub struct HostCtx<'a> {
     host: HostId,
     ep: Option<&'a mut Endpoint>,
     rng: &'a mut ChaCha8Rng,
-    /// The host's clock minus the network's (see
-    /// [`EngineNet::set_clock_offset`]).
-    clock_offset: Time,
+    /// The host's clock (see [`EngineNet::set_clock`]).
+    clock: HostClock,
 }
 
 impl<'a> HostCtx<'a> {
@@ -139,7 +139,7 @@ impl<'a> HostCtx<'a> {
     /// Starts an RPC to host `dst`.
     #[inline]
     pub fn send_request(&mut self, dst: HostId, request: Bytes) -> Result<RpcId, SendError> {
-        let now = self.net.now() + self.clock_offset;
+        let now = self.clock.host_time(self.net.now());
         match self.ep.as_deref_mut() {
             Some(ep) => ep.send_request(now, host_addr(dst), request),
             None => Err(SendError::Shutdown),
@@ -147,7 +147,7 @@ impl<'a> HostCtx<'a> {
     }
     /// Answers a request.
     pub fn send_response(&mut self, rpc: ServerRpc, response: Bytes) -> Result<(), SendError> {
-        let now = self.net.now() + self.clock_offset;
+        let now = self.clock.host_time(self.net.now());
         match self.ep.as_deref_mut() {
             Some(ep) => ep.send_response(now, rpc, response),
             None => Err(SendError::Shutdown),
@@ -207,9 +207,10 @@ struct EngineHost<A> {
     /// Last time `handle_timeout` ran (spin guard).
     handled_at: Option<Time>,
     rng: ChaCha8Rng,
-    /// The endpoint's clock minus the network's: the endpoint is given
-    /// `net.now() + clock_offset`, and its deadlines are taken back.
-    clock_offset: Time,
+    /// The endpoint's clock: the endpoint is given
+    /// `clock.host_time(net.now())`, and its deadlines are taken back with
+    /// `clock.net_time`.
+    clock: HostClock,
 }
 
 /// The [`Hosts`] implementation for endpoints plus applications.
@@ -275,7 +276,7 @@ impl<A: App> Engines<A> {
                 host: h,
                 ep: host.ep.as_mut(),
                 rng: &mut host.rng,
-                clock_offset: host.clock_offset,
+                clock: host.clock,
             };
             host.app.on_event(&mut ctx, ev);
         }
@@ -284,13 +285,14 @@ impl<A: App> Engines<A> {
         };
         // Most pumps follow an input that queued nothing to send: those skip
         // the buffer handling of a poll that would find nothing.
-        let off = host.clock_offset;
-        let mut drained = self.skip_idle_polls && ep.poll_nothing_to_send(now + off);
+        let clock = host.clock;
+        let host_now = clock.host_time(now);
+        let mut drained = self.skip_idle_polls && ep.poll_nothing_to_send(host_now);
         let mut burst = if drained { 0 } else { MAX_BURST };
         while burst > 0 {
             burst -= 1;
             let mut buf = net.take_buf();
-            match ep.poll_transmit(now + off, &mut buf) {
+            match ep.poll_transmit(host_now, &mut buf) {
                 Some(t) => {
                     self.stats.datagrams_out += 1;
                     buf.truncate(t.len);
@@ -315,7 +317,7 @@ impl<A: App> Engines<A> {
                 }
             }
         }
-        let deadline = ep.poll_timeout().map(|d| d.saturating_sub(off));
+        let deadline = ep.poll_timeout().map(|d| clock.net_time(d));
         self.poll_due[h] = if drained {
             deadline.unwrap_or(Time::MAX)
         } else {
@@ -364,7 +366,7 @@ impl<A: App> Engines<A> {
             host: h,
             ep: host.ep.as_mut(),
             rng: &mut host.rng,
-            clock_offset: host.clock_offset,
+            clock: host.clock,
         };
         let r = f(&mut host.app, &mut ctx);
         self.pump(net, h);
@@ -396,7 +398,7 @@ impl<A: App> Engines<A> {
         let mut cfg = host.cfg.clone();
         cfg.rpc_id_seed = mix(cfg.rpc_id_seed ^ mix(host.incarnation ^ ((h as u64) << 32)));
         host.ep = Some(
-            Endpoint::new(cfg, net.now() + host.clock_offset)
+            Endpoint::new(cfg, host.clock.host_time(net.now()))
                 .expect("configuration was valid at creation"),
         );
         host.handled_at = None;
@@ -410,13 +412,13 @@ impl<A: App> Engines<A> {
 impl<A: App> Hosts for Engines<A> {
     fn deliver(&mut self, net: &mut Fabric, h: HostId, pkt: Packet) {
         let now = net.now();
-        let off = self.hosts[h].clock_offset;
+        let clock = self.hosts[h].clock;
         if let Some(ep) = self.hosts[h].ep.as_mut() {
             self.stats.datagrams_in += 1;
             if let Some(tl) = self.timeline.as_deref_mut() {
                 tl.delivered(pkt.src, &pkt.data, pkt.sent_at, now);
             }
-            ep.handle_datagram(now + off, host_addr(pkt.src), &pkt.data);
+            ep.handle_datagram(clock.host_time(now), host_addr(pkt.src), &pkt.data);
         }
         net.recycle(pkt.data);
         self.pump(net, h);
@@ -445,12 +447,12 @@ impl<A: App> Hosts for Engines<A> {
                     return;
                 }
                 host.timer_at = None;
-                let off = host.clock_offset;
+                let clock = host.clock;
                 let ep = host.ep.as_mut().expect("checked above");
-                match ep.poll_timeout().map(|d| d.saturating_sub(off)) {
+                match ep.poll_timeout().map(|d| clock.net_time(d)) {
                     Some(d) if d <= now => {
                         self.stats.timeouts += 1;
-                        ep.handle_timeout(now + off);
+                        ep.handle_timeout(clock.host_time(now));
                         host.handled_at = Some(now);
                     }
                     // Early (the deadline moved later since this event was
@@ -522,7 +524,7 @@ impl<A: App> EngineNet<A> {
                 timer_gen: 0,
                 handled_at: None,
                 rng: ChaCha8Rng::seed_from_u64(mix(fabric.seed() ^ mix(0xA99 ^ h as u64))),
-                clock_offset: 0,
+                clock: HostClock::default(),
             });
             fabric.schedule(now, h, KIND_START, 0);
         }
@@ -608,14 +610,34 @@ impl<A: App> EngineNet<A> {
     }
 
     /// Host `h`'s clock reads `offset` ns ahead of the network's from now
-    /// on (hosts' clocks are not synchronised). Set it before any traffic:
-    /// the endpoint's clock jumps forward by the change, like a pause. Its
-    /// deadlines are converted back, so only what the endpoint sees of time
-    /// differs; applications keep the network's time.
+    /// on, at its current rate (hosts' clocks are not synchronised); see
+    /// [`Self::set_clock`].
     pub fn set_clock_offset(&mut self, h: HostId, offset: Time) {
+        let clock = HostClock {
+            offset,
+            ..self.engines.hosts[h].clock
+        };
+        self.set_clock(h, clock);
+    }
+
+    /// Host `h`'s endpoint reads time from `clock` from now on: an offset
+    /// and a rate error against the network's clock. Set it before any
+    /// traffic: the endpoint's clock jumps forward by the change, like a
+    /// pause. Its deadlines are converted back, so only what the endpoint
+    /// sees of time differs; applications keep the network's time.
+    pub fn set_clock(&mut self, h: HostId, clock: HostClock) {
+        let now = self.fabric.now();
         let host = &mut self.engines.hosts[h];
-        assert!(offset >= host.clock_offset, "a clock must not go back");
-        host.clock_offset = offset;
+        assert!(
+            clock.host_time(now) >= host.clock.host_time(now),
+            "a clock must not go back"
+        );
+        host.clock = clock;
+    }
+
+    /// Host `h`'s clock.
+    pub fn clock(&self, h: HostId) -> HostClock {
+        self.engines.hosts[h].clock
     }
 
     /// Runs `f` with host `h`'s app and context at the current time, then

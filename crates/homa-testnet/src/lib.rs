@@ -13,6 +13,9 @@
 //!   [`Hosts`].
 //! * [`EngineNet`] (module [`driver`]) attaches one `Endpoint` and one [`App`]
 //!   per host.
+//! * [`clock`]: every host's engine reads its own clock ([`HostClock`]: an
+//!   offset and a rate error against the network's time), so that
+//!   unsynchronised hosts can be simulated.
 //! * [`faults`] holds the seeded fault model (loss, duplication, reordering,
 //!   corruption, partitions; crashes are in the driver).
 //!
@@ -33,6 +36,7 @@
 #![forbid(unsafe_code)]
 
 pub mod apps;
+pub mod clock;
 pub mod driver;
 pub mod faults;
 pub mod net;
@@ -40,6 +44,7 @@ mod sched;
 pub mod timeline;
 
 pub use apps::{pattern, Record, Reply, TestApp};
+pub use clock::HostClock;
 pub use driver::{App, DriverStats, EngineNet, HostCtx};
 pub use faults::{Cut, FaultConfig, FaultStats, Partition};
 pub use net::{

@@ -6,7 +6,7 @@
 //! changes nothing.
 
 use homa_proto::{Config, PeerOnRamp, RpcId};
-use homa_testnet::{pattern, EngineNet, Fabric, HostId, Reply, TestApp};
+use homa_testnet::{pattern, EngineNet, Fabric, HostClock, HostId, Reply, TestApp};
 
 const US: u64 = 1_000;
 const MS: u64 = 1_000_000;
@@ -17,8 +17,12 @@ fn star(n: usize, cfg: Config) -> EngineNet<TestApp> {
     EngineNet::uniform(fabric, cfg, |_| TestApp::new(Reply::Echo)).unwrap()
 }
 
+/// On-Ramp on, on a network with one priority level (one that ignores
+/// DSCP), where a hold keeps every byte of its destination's messages.
 fn onramp(threshold: u64, max_hold: u64) -> Config {
     Config::default()
+        .with_priority_levels(1)
+        .with_unsched_priorities(1)
         .with_onramp(true)
         .with_onramp_threshold_ns(threshold)
         .with_onramp_max_hold_ns(max_hold)
@@ -62,11 +66,11 @@ struct Seen {
 /// rises by 60 µs; T is 20 µs): host 0 holds host 1 for the excess, 40 µs.
 /// Messages to host 1 started meanwhile leave only after the hold, arrive
 /// intact and finish in the order they were sent; host 2 is not held.
-/// Host `h`'s clock reads `offsets[h]` ahead of the network's.
-fn incast_on_host_1(offsets: [u64; 3]) -> Seen {
+/// Host `h`'s endpoint reads `clocks[h]`.
+fn incast_on_host_1(clocks: [HostClock; 3]) -> Seen {
     let mut net = star(3, onramp(20 * US, MS));
-    for (h, &o) in offsets.iter().enumerate() {
-        net.set_clock_offset(h, o);
+    for (h, &c) in clocks.iter().enumerate() {
+        net.set_clock(h, c);
     }
     for _ in 0..5 {
         rpc(&mut net, 0, 1, 100);
@@ -93,7 +97,7 @@ fn incast_on_host_1(offsets: [u64; 3]) -> Seen {
 
     let start = net.now();
     // On the network's clock.
-    let held_until = s.held_until - offsets[0];
+    let held_until = clocks[0].net_time(s.held_until);
     assert!(held_until > start);
     let a = net.send_request(0, 1, pattern(20_000, 7)).unwrap();
     let b = net.send_request(0, 1, pattern(20_000, 8)).unwrap();
@@ -124,7 +128,7 @@ fn incast_on_host_1(offsets: [u64; 3]) -> Seen {
 
 #[test]
 fn a_queueing_delay_above_t_holds_that_destination_for_the_excess() {
-    incast_on_host_1([0; 3]);
+    incast_on_host_1([HostClock::default(); 3]);
 }
 
 /// Clocks 1 s apart, either way (the held host's ahead of the sender's or
@@ -135,10 +139,39 @@ fn a_clock_offset_between_hosts_gives_the_same_decisions() {
     // Clocks start at 1 µs, not 0: a clock reading 0 sends `send_time` 1
     // (0 means "no timestamp" on the wire), which would move the first
     // report, and so the minimum, by 1 ns.
-    let shared = incast_on_host_1([US; 3]);
+    let shared = incast_on_host_1([HostClock::offset(US); 3]);
     let s = 1_000_000_000;
-    assert_eq!(incast_on_host_1([US, s, 3 * s]), shared);
-    assert_eq!(incast_on_host_1([s, US, 7 * US]), shared);
+    let offsets = |o: [u64; 3]| o.map(HostClock::offset);
+    assert_eq!(incast_on_host_1(offsets([US, s, 3 * s])), shared);
+    assert_eq!(incast_on_host_1(offsets([s, US, 7 * US])), shared);
+}
+
+/// Clocks whose rates differ by 100 ppm (50 ppm fast and slow), on top of
+/// offsets of seconds: the same hold within the drift's error (the minimum
+/// is at most a few ms older than the report, so it is off by well under
+/// 1 µs), the same finish times within as much.
+#[test]
+fn drifting_clocks_give_the_same_decisions_within_the_drift() {
+    let shared = incast_on_host_1([HostClock::offset(US); 3]);
+    let clock = |offset, ppm: i64| HostClock {
+        offset,
+        drift_ppb: ppm * 1_000,
+    };
+    for clocks in [
+        [clock(US, 50), clock(2_000_000_000, -50), clock(7, 50)],
+        [clock(2_000_000_000, -50), clock(US, 50), clock(US, -50)],
+    ] {
+        let d = incast_on_host_1(clocks);
+        // The rates do differ (offsets alone give identical runs, above).
+        assert_ne!(d, shared);
+        let near = |a: u64, b: u64| a.abs_diff(b) < US;
+        assert!(near(d.hold, shared.hold), "{d:?} {shared:?}");
+        assert!(near(d.queueing, shared.queueing), "{d:?} {shared:?}");
+        assert!(near(d.held_until, shared.held_until), "{d:?} {shared:?}");
+        for i in 0..3 {
+            assert!(near(d.finished[i], shared.finished[i]), "{d:?} {shared:?}");
+        }
+    }
 }
 
 /// Reports of a one-way delay 5 ms above the minimum (as a forged or
@@ -220,4 +253,45 @@ fn without_a_hold_onramp_changes_nothing() {
         net.digest()
     };
     assert_eq!(run(true), run(false));
+}
+
+/// With priority levels, a hold keeps only scheduled bytes: unscheduled
+/// ones go above the scheduled packets whose queueing the reports measure.
+/// A message to the held host that fits in its unscheduled bytes finishes
+/// during the hold; a longer one sends its unscheduled bytes and the rest
+/// after the hold.
+#[test]
+fn with_priorities_a_hold_keeps_only_scheduled_bytes() {
+    let mut net = star(
+        3,
+        onramp(20 * US, MS)
+            .with_priority_levels(8)
+            .with_unsched_priorities(4),
+    );
+    for _ in 0..5 {
+        rpc(&mut net, 0, 1, 100);
+    }
+    net.fabric_mut().set_host_rx_delay(1, 60 * US);
+    rpc(&mut net, 0, 1, 100);
+    let s = state(&net, 0, 1);
+    assert!(s.held, "{s:?}");
+    net.fabric_mut().set_host_rx_delay(1, 0);
+    let held_until = s.held_until;
+    let unsched = net.endpoint(0).config().effective_unsched_bytes() as usize;
+    let small = net.send_request(0, 1, pattern(unsched / 2, 5)).unwrap();
+    let large = net.send_request(0, 1, pattern(4 * unsched, 6)).unwrap();
+    let limit = net.now() + 10 * MS;
+    assert!(net.run_until_cond(limit, |n| {
+        [small, large]
+            .iter()
+            .all(|&id| n.app(0).finished_at(id).is_some())
+    }));
+    assert!(done(&net, 0, small) < held_until, "the small one waited");
+    assert!(done(&net, 0, large) > held_until);
+    assert_eq!(
+        net.app(0).response(large).unwrap(),
+        &pattern(4 * unsched, 6)[..]
+    );
+    // The large message was parked when it reached its scheduled part.
+    assert!(net.endpoint(0).metrics().onramp_parked >= 1);
 }

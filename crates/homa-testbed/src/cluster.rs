@@ -311,9 +311,7 @@ pub fn run_on(tb: &Testbed, cfg: &ClusterConfig) -> Result<ClusterReport> {
     let mut notes = Vec::new();
 
     // Background CPU use of the machine (other tenants) with the testbed idle.
-    let idle0 = CpuSample::now();
-    std::thread::sleep(Duration::from_millis(500));
-    let background = idle0.usage_until(&CpuSample::now());
+    let background = CpuSample::background(Duration::from_millis(500));
 
     let Calibration {
         rtt_ns,

@@ -363,9 +363,7 @@ pub fn run_on(tb: &Testbed, cfg: &CoexistConfig) -> Result<CoexistReport> {
     let payloads = Payloads::new(bench.workload.max_len() as usize);
     let mut notes = Vec::new();
 
-    let idle0 = CpuSample::now();
-    std::thread::sleep(Duration::from_millis(500));
-    let background = idle0.usage_until(&CpuSample::now());
+    let background = CpuSample::background(Duration::from_millis(500));
 
     // Engine RTT and unloaded RTTs on the idle testbed (no TCP yet).
     let Calibration {

@@ -63,6 +63,14 @@ impl CpuSample {
         }
     }
 
+    /// The machine's CPU use over the next `span`, measured by sleeping
+    /// through it: what other tenants use while an experiment is idle.
+    pub fn background(span: std::time::Duration) -> CpuUsage {
+        let start = CpuSample::now();
+        std::thread::sleep(span);
+        start.usage_until(&CpuSample::now())
+    }
+
     /// Usage from `self` (earlier) to `later`.
     pub fn usage_until(&self, later: &CpuSample) -> CpuUsage {
         let cores = std::thread::available_parallelism()

@@ -5,11 +5,13 @@
 //! destination at most `onramp_max_hold_ns` at a time; with no hold, On-Ramp
 //! changes nothing.
 
+mod common;
+
+use common::{rpc, MS};
 use homa_proto::{Config, PeerOnRamp, RpcId};
 use homa_testnet::{pattern, EngineNet, Fabric, HostClock, HostId, Reply, TestApp};
 
 const US: u64 = 1_000;
-const MS: u64 = 1_000_000;
 
 /// `n` hosts on one 25 Gbps switch (1 µs links, 250 ns switching).
 fn star(n: usize, cfg: Config) -> EngineNet<TestApp> {
@@ -34,17 +36,6 @@ fn state(net: &EngineNet<TestApp>, h: HostId, peer: HostId) -> PeerOnRamp {
     net.endpoint(h)
         .peer_onramp(net.addr(peer))
         .expect("a known peer")
-}
-
-/// Host `c` sends `len` bytes to `s` and waits for the answer.
-fn rpc(net: &mut EngineNet<TestApp>, c: HostId, s: HostId, len: usize) -> RpcId {
-    let id = net.send_request(c, s, pattern(len, 1)).unwrap();
-    let limit = net.now() + 50 * MS;
-    assert!(
-        net.run_until_cond(limit, |n| n.app(c).finished_at(id).is_some()),
-        "rpc {id:?} did not finish"
-    );
-    id
 }
 
 fn done(net: &EngineNet<TestApp>, c: HostId, id: RpcId) -> u64 {

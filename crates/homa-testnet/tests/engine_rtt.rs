@@ -4,12 +4,14 @@
 //! jump above 8 × `rtt_min` is seen at once, and adaptive windows shrink,
 //! recover and grow with the path's RTT.
 
+mod common;
+
 use bytes::Bytes;
+use common::{rpc, MS};
 use homa_proto::{Config, PeerRtt, RpcId, WindowPolicy};
 use homa_testnet::{pattern, EngineNet, Fabric, HostId, Reply, TestApp};
 
 const US: u64 = 1_000;
-const MS: u64 = 1_000_000;
 
 /// `n` hosts on one 25 Gbps switch (1 µs links, 250 ns switching: a small
 /// RPC's round trip is about 5 µs), every endpoint with `cfg`.
@@ -34,17 +36,6 @@ fn rtt(net: &EngineNet<TestApp>, h: HostId, peer: HostId) -> PeerRtt {
     net.endpoint(h)
         .peer_rtt(net.addr(peer))
         .expect("a known peer")
-}
-
-/// Host `c` sends `len` bytes to `s` and waits for the answer.
-fn rpc(net: &mut EngineNet<TestApp>, c: HostId, s: HostId, len: usize) -> RpcId {
-    let id = net.send_request(c, s, pattern(len, 1)).unwrap();
-    let limit = net.now() + 50 * MS;
-    assert!(
-        net.run_until_cond(limit, |n| n.app(c).finished_at(id).is_some()),
-        "rpc {id:?} did not finish"
-    );
-    id
 }
 
 /// Host 0 asks host 1, which answers after `hold` ns.

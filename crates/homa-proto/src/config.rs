@@ -110,6 +110,12 @@ pub struct Config {
     pub peer_idle_ns: u64,
     /// Largest message accepted or sent.
     pub max_message_length: u32,
+    /// Requests at least this long are delivered incrementally: the
+    /// application gets an [`crate::Event::PartialRequest`] when the first
+    /// bytes are in the pool and reads the rest as it arrives
+    /// ([`crate::PartialMessage`]). `u32::MAX` (the default): every request
+    /// is delivered whole.
+    pub partial_delivery_bytes: u32,
     /// Most concurrent server RPCs from one peer.
     pub max_server_rpcs_per_peer: usize,
     /// Most concurrent server RPCs of this endpoint, from all peers.
@@ -363,6 +369,7 @@ impl Default for Config {
             tombstone_ns: None,
             peer_idle_ns: 10_000_000_000,
             max_message_length: 1_000_000,
+            partial_delivery_bytes: u32::MAX,
             max_server_rpcs_per_peer: 10_000,
             max_server_rpcs: 100_000,
             max_client_rpcs: 100_000,

@@ -127,6 +127,9 @@ setters! {
     plain with_max_client_rpcs(max_client_rpcs: usize) = 100_000;
     /// Most peers tracked at once.
     plain with_max_peers(max_peers: usize) = 10_000;
+    /// Deliver requests of at least this many bytes incrementally
+    /// (`u32::MAX`: never).
+    plain with_partial_delivery_bytes(partial_delivery_bytes: u32) = u32::MAX;
     /// Receive pool size in bytes.
     plain with_pool_bytes(pool_bytes: usize) = 64 << 20;
     /// Compute a CRC-32C for every packet sent (received checksums are

@@ -9,6 +9,7 @@ use crate::incoming::DataPayload;
 use crate::metrics::{DropReason, Metrics};
 use crate::outgoing::Split;
 use crate::pacer::Pacer;
+use crate::partial::PartialMessage;
 use crate::peer::{PeerKey, Peers, ServerKey};
 use crate::pool::{Message, Pool};
 use crate::rpc::{OutMsg, RpcKey, RpcState};
@@ -74,6 +75,35 @@ pub enum Event {
         id: RpcId,
         /// The response's bytes, in the receive pool until dropped.
         message: Message,
+    },
+    /// The first bytes of a request of at least
+    /// [`Config::partial_delivery_bytes`] are in: read it as it arrives. Once
+    /// it is complete (see [`PartialMessage::state`]) answer it with
+    /// `send_response`; no [`Event::Request`] follows. If the client goes
+    /// away first, the message fails ([`crate::PartialState::Failed`]).
+    PartialRequest {
+        /// Handle to pass to `send_response` or `abandon`.
+        rpc: ServerRpc,
+        /// The request, readable as it arrives.
+        message: PartialMessage,
+    },
+    /// The first bytes of the response to an RPC for which
+    /// [`Endpoint::deliver_response_partially`] was called are in (or all of
+    /// it, if it came in one packet). The RPC ends when the message is
+    /// complete or fails; no [`Event::Response`] follows, and a failure is
+    /// also reported by [`Event::Failed`].
+    PartialResponse {
+        /// The id `send_request` returned.
+        id: RpcId,
+        /// The response, readable as it arrives.
+        message: PartialMessage,
+    },
+    /// More of the partial message with this serial
+    /// ([`PartialMessage::serial`]) is readable, or it is complete, or it
+    /// failed: whoever reads it may go on.
+    PartialProgress {
+        /// The message's [`PartialMessage::serial`].
+        serial: u64,
     },
     /// One of our RPCs failed; it is finished.
     Failed {
@@ -245,6 +275,8 @@ pub struct Endpoint {
     /// Adaptive windows: the rate at which this endpoint received DATA over
     /// about the last RTT, which tells its own queue from a foreign one.
     pub(crate) rx_rate: crate::window::RxRate,
+    /// The serial of the next [`PartialMessage`].
+    pub(crate) next_partial_serial: u64,
 }
 
 // The fields the calls after every input read (`poll_event`,
@@ -291,6 +323,7 @@ impl Endpoint {
             deferred: Deferred::default(),
             split: Split::default(),
             events: VecDeque::new(),
+            next_partial_serial: 1,
             control: ControlQueue::default(),
             sends: SendQueue::new(
                 derived.data_per_packet(),
@@ -614,13 +647,24 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Drops a request delivered by [`Event::Request`] without answering it
+    /// Drops a request delivered by [`Event::Request`] (or, also before its
+    /// end, by [`Event::PartialRequest`]) without answering it
     /// (one-way messages, or a server shedding load). Its state is freed at
     /// once; should the client ask for the response, it learns the RPC is
     /// unknown (and, if it restarts it, the request is refused for
     /// `tombstone_ns`). Unknown or already answered RPCs are ignored.
     pub fn abandon(&mut self, rpc: ServerRpc) {
         if let Some(key) = self.server_rpc(rpc) {
+            let r = &self.rpcs[key];
+            // A request being delivered incrementally is the application's
+            // from its first bytes: it may give up on it before the end.
+            let partial = r.state == RpcState::ServerReceiving
+                && r.inc.as_ref().is_some_and(|i| i.partial.is_some());
+            if partial {
+                // Refused like an executed request from now on (a
+                // tombstone), not received again from its next packet.
+                self.rpcs[key].state = RpcState::ServerInService;
+            }
             if self.rpcs[key].state == RpcState::ServerInService {
                 self.free_rpc(self.last_now, key);
             }
@@ -645,6 +689,27 @@ impl Endpoint {
             ServerEntry::Live(k) => Some(k),
             ServerEntry::Tomb(_) => None,
         }
+    }
+
+    /// Delivers the response of client RPC `id` incrementally: an
+    /// [`Event::PartialResponse`] when its first bytes are in the pool
+    /// (now, if some already are), then [`Event::PartialProgress`] as more
+    /// arrive, instead of one [`Event::Response`] at the end. Call it before
+    /// the response is complete (right after `send_request`); a response
+    /// already delivered is not delivered again.
+    pub fn deliver_response_partially(&mut self, id: RpcId) -> Result<(), SendError> {
+        let Some(key) = self.rpcs.client_key(id.0) else {
+            return Err(SendError::UnknownRpc);
+        };
+        self.rpcs[key].partial_response = true;
+        if self.rpcs[key]
+            .inc
+            .as_ref()
+            .is_some_and(|i| i.alloc.is_some())
+        {
+            self.start_partial(key);
+        }
+        Ok(())
     }
 
     /// Abandons a client RPC (no event is generated for it). Unknown ids are ignored.

@@ -6,6 +6,7 @@ use crate::endpoint::{
     Control, ControlBody, Endpoint, Event, RpcError, RpcId, ServerEntry, ServerRpc,
 };
 use crate::metrics::DropReason;
+use crate::partial::PartialMessage;
 use crate::peer::{PeerKey, ServerKey};
 use crate::rpc::{InMsg, RpcKey, RpcState};
 use crate::time::Time;
@@ -127,7 +128,7 @@ impl Endpoint {
                     crate::trace_point!("engine: payload written");
                     self.metrics.data_bytes_received += payload.len() as u64;
                     self.grants.unsettle();
-                    self.deliver(now, key, message);
+                    self.deliver(now, key, Some(message));
                     return;
                 }
                 // No room: the general path below waits for the pool.
@@ -176,6 +177,10 @@ impl Endpoint {
         }
         let start = h.offset;
         let end = start + payload.len() as u32;
+        // A partial message's readable prefix is never written again (its
+        // reader may be reading it): a packet overlapping it writes only
+        // what lies beyond.
+        let prefix = inc.partial.as_ref().map(|_| inc.received.prefix());
         let old_remaining = inc.len - inc.bytes_received;
         let old_outstanding = inc.outstanding();
         let new = match inc.received.insert(start, end) {
@@ -191,11 +196,23 @@ impl Endpoint {
         };
         if let DataPayload::Bytes(payload) = payload {
             if !self.config.discard_payload {
-                self.pool
-                    .write(inc.alloc.as_ref().unwrap(), start as usize, payload);
+                let skip = prefix.map_or(0, |p| p.saturating_sub(start).min(end - start));
+                self.pool.write(
+                    inc.alloc.as_ref().unwrap(),
+                    (start + skip) as usize,
+                    &payload[skip as usize..],
+                );
             }
         }
         crate::trace_point!("engine: payload written");
+        if let (Some(old), Some((progress, serial))) = (prefix, inc.partial.as_ref()) {
+            let now_readable = inc.received.prefix();
+            if now_readable > old && now_readable < inc.len {
+                progress.advance(now_readable as usize);
+                self.events
+                    .push_back(Event::PartialProgress { serial: *serial });
+            }
+        }
         inc.bytes_received += new;
         self.grants.unsettle();
         self.metrics.data_bytes_received += new as u64;
@@ -321,6 +338,7 @@ impl Endpoint {
             inc.grant_key = Some(remaining);
             self.grants.enqueue(remaining, birth, key);
         }
+        self.start_partial(key);
     }
 
     #[inline]
@@ -342,6 +360,11 @@ impl Endpoint {
         let birth = rpc.birth;
         if let Some(inc) = rpc.inc.take() {
             self.grants.unsettle();
+            if let Some((progress, serial)) = &inc.partial {
+                progress.fail();
+                self.events
+                    .push_back(Event::PartialProgress { serial: *serial });
+            }
             if inc.waiting_for_pool {
                 self.pool_waiters.remove(&(inc.len, birth, key));
             }
@@ -361,24 +384,81 @@ impl Endpoint {
         let inc = rpc.inc.as_mut().unwrap();
         self.grants.remove(inc.outstanding());
         self.grants.unsettle();
+        if let Some((progress, serial)) = inc.partial.take() {
+            // Its reader has the bytes already; the engine's allocation goes.
+            let len = inc.len as usize;
+            rpc.inc = None;
+            progress.complete(len);
+            self.events.push_back(Event::PartialProgress { serial });
+            self.deliver(now, key, None);
+            return;
+        }
         let message = self.pool.take_message(inc.alloc.as_mut().unwrap());
         rpc.inc = None;
-        self.deliver(now, key, message);
+        self.deliver(now, key, Some(message));
+    }
+
+    /// Hands RPC `key`'s message to the application as a
+    /// [`PartialMessage`] if it is to be delivered incrementally (a client
+    /// that asked for it, or a request of at least
+    /// `Config::partial_delivery_bytes`) and has not been yet. Its pool
+    /// space must be allocated.
+    pub(crate) fn start_partial(&mut self, key: RpcKey) {
+        let rpc = &mut self.rpcs[key];
+        let Some(inc) = rpc.inc.as_mut() else { return };
+        let wanted = if rpc.is_client {
+            rpc.partial_response
+        } else {
+            inc.len >= self.config.partial_delivery_bytes
+        };
+        if !wanted || inc.partial.is_some() {
+            return;
+        }
+        let serial = self.next_partial_serial;
+        self.next_partial_serial += 1;
+        let shared = self.pool.share(inc.alloc.as_ref().expect("allocated"));
+        let (message, progress) = PartialMessage::start(shared, serial);
+        progress.advance(inc.received.prefix() as usize);
+        inc.partial = Some((progress, serial));
+        let (id, peer) = (rpc.id, rpc.peer);
+        self.events.push_back(if rpc.is_client {
+            Event::PartialResponse {
+                id: RpcId(id),
+                message,
+            }
+        } else {
+            Event::PartialRequest {
+                rpc: ServerRpc { peer, id },
+                message,
+            }
+        });
     }
 
     /// Hands RPC `key`'s complete incoming message to the application (its
-    /// reassembly state, if it had any, is gone already).
-    fn deliver(&mut self, now: Time, key: RpcKey, message: crate::pool::Message) {
+    /// reassembly state, if it had any, is gone already); `None` for a
+    /// partial message, whose reader has it already.
+    fn deliver(&mut self, now: Time, key: RpcKey, message: Option<crate::pool::Message>) {
         let rpc = &mut self.rpcs[key];
         if rpc.is_client {
             let (id, peer, pk) = (rpc.id, rpc.peer, rpc.peer_key);
             // A request sent from a send buffer frees at once: the buffer is
             // the application's again as soon as its RPC is over.
             let leased = rpc.out.as_ref().is_some_and(|o| o.data.lease().is_some());
-            self.events.push_back(Event::Response {
-                id: RpcId(id),
-                message,
-            });
+            if let Some(message) = message {
+                self.events.push_back(if rpc.partial_response {
+                    let serial = self.next_partial_serial;
+                    self.next_partial_serial += 1;
+                    Event::PartialResponse {
+                        id: RpcId(id),
+                        message: PartialMessage::whole(message, serial),
+                    }
+                } else {
+                    Event::Response {
+                        id: RpcId(id),
+                        message,
+                    }
+                });
+            }
             self.metrics.responses_delivered += 1;
             if self.config.defer_acks && !leased {
                 self.defer_free(now, key);
@@ -407,10 +487,23 @@ impl Endpoint {
                 id: rpc.id,
             };
             self.rpcs.set_latest_request(key);
-            self.events.push_back(Event::Request {
-                rpc: handle,
-                message,
-            });
+            if let Some(message) = message {
+                self.events.push_back(
+                    if message.len() as u64 >= self.config.partial_delivery_bytes as u64 {
+                        let serial = self.next_partial_serial;
+                        self.next_partial_serial += 1;
+                        Event::PartialRequest {
+                            rpc: handle,
+                            message: PartialMessage::whole(message, serial),
+                        }
+                    } else {
+                        Event::Request {
+                            rpc: handle,
+                            message,
+                        }
+                    },
+                );
+            }
             self.metrics.requests_delivered += 1;
             self.update_grants(now);
         }
@@ -723,6 +816,7 @@ mod tests {
                         Event::Response { id, .. } | Event::Failed { id, .. } => {
                             live[h].retain(|&x| x != id);
                         }
+                        ev => panic!("not asked for: {ev:?}"),
                     }
                     check(&mut eps[h], now, &mut checks);
                 }

@@ -772,6 +772,27 @@ impl Pool {
         }
     }
 
+    /// A second handle on a message still being received into `alloc`, for
+    /// incremental delivery ([`crate::PartialMessage`]): it holds its own
+    /// references on the allocation's bpages, so they outlive the engine's
+    /// allocation (and the engine's outlive it). Its bytes may only be read
+    /// through [`Message::range`] below the prefix the engine has published
+    /// as written for good.
+    pub(crate) fn share(&mut self, alloc: &Allocation) -> Message {
+        assert!(
+            alloc.shared == self.shared,
+            "allocation belongs to another pool"
+        );
+        if alloc.len > 0 {
+            self.shared().retain_layout(&alloc.layout, alloc.len);
+        }
+        Message {
+            len: alloc.len,
+            layout: alloc.layout.clone(),
+            shared: alloc.shared,
+        }
+    }
+
     /// Total capacity in bytes.
     pub fn capacity(&self) -> usize {
         self.shared().bpages() * BPAGE_SIZE
@@ -877,6 +898,36 @@ impl Message {
             (Some(only), None) => Some(only),
             _ => None,
         }
+    }
+
+    /// Message bytes `from..to` as pieces of the pool, in order (one per
+    /// bpage piece the range touches).
+    ///
+    /// # Safety
+    /// Nobody may write these bytes while the slices live: true for every
+    /// byte of a delivered message, and for the prefix of a message being
+    /// received that the engine has published ([`crate::PartialMessage`]).
+    /// Panics unless `from <= to <= len`.
+    pub(crate) unsafe fn range(&self, from: usize, to: usize) -> impl Iterator<Item = &[u8]> + '_ {
+        assert!(
+            from <= to && to <= self.len,
+            "range {from}..{to} of a {}-byte message",
+            self.len
+        );
+        let mut pos = from;
+        std::iter::from_fn(move || {
+            if pos >= to {
+                return None;
+            }
+            let idx = pos / BPAGE_SIZE;
+            let (start, stop) = self.layout.piece(idx).expect("offset within message");
+            let within = pos - idx * BPAGE_SIZE;
+            let n = (stop - start - within).min(to - pos);
+            pos += n;
+            // SAFETY: the piece belongs to this message, which holds a
+            // reference on its bpage; the caller guarantees no writer.
+            Some(self.shared.get().slice(start + within, start + within + n))
+        })
     }
 
     /// Copies the message into `dst[..self.len()]`.

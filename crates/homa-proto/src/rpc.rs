@@ -1,11 +1,13 @@
 //! Per-RPC state: the outgoing and incoming message of each RPC.
 
+use crate::partial::Progress;
 use crate::peer::PeerKey;
 use crate::pool::Allocation;
 use crate::sendbuf::Payload;
 use crate::time::Time;
 use smallvec::SmallVec;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// Index of an RPC in the endpoint's slab.
 pub(crate) type RpcKey = u32;
@@ -112,6 +114,9 @@ pub(crate) struct InMsg {
     pub(crate) pool_wait_since: u64,
     /// A GRANT for this message is queued (and will carry the latest offset).
     pub(crate) grant_queued: bool,
+    /// Delivered incrementally: the readable prefix it publishes, and its
+    /// serial ([`crate::PartialMessage`]).
+    pub(crate) partial: Option<(Arc<Progress>, u64)>,
 }
 
 impl InMsg {
@@ -128,6 +133,7 @@ impl InMsg {
             waiting_for_pool: false,
             pool_wait_since: 0,
             grant_queued: false,
+            partial: None,
         }
     }
     pub(crate) fn complete(&self) -> bool {
@@ -166,6 +172,9 @@ pub(crate) struct Rpc {
     /// Times the server said it did not know this (client) RPC since the
     /// response last made progress; each doubles the wait before asking again.
     pub(crate) restarts: u8,
+    /// Client: deliver the response incrementally
+    /// ([`crate::Endpoint::deliver_response_partially`]).
+    pub(crate) partial_response: bool,
 }
 
 impl Rpc {
@@ -253,6 +262,13 @@ impl RangeSet {
     pub(crate) fn clear(&mut self) {
         self.ranges.clear();
     }
+    /// Length of the leading range that starts at byte 0 (0 if none).
+    pub(crate) fn prefix(&self) -> u32 {
+        match self.ranges.first() {
+            Some(&(0, end)) => end,
+            _ => 0,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -309,5 +325,17 @@ mod tests {
         assert_eq!(r.first_gap(100), Some((0, 10)));
         assert_eq!(r.insert(0, 100), Some(100 - 30));
         assert_eq!(r.first_gap(100), None);
+    }
+
+    #[test]
+    fn range_set_prefix_is_the_range_from_zero() {
+        let mut r = RangeSet::default();
+        assert_eq!(r.prefix(), 0);
+        r.insert(10, 20);
+        assert_eq!(r.prefix(), 0);
+        r.insert(0, 5);
+        assert_eq!(r.prefix(), 5);
+        r.insert(5, 10);
+        assert_eq!(r.prefix(), 20);
     }
 }

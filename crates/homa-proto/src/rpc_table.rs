@@ -122,6 +122,7 @@ impl RpcTable {
             last_prod: now,
             peer_busy: false,
             restarts: 0,
+            partial_response: false,
         });
         key
     }

@@ -138,6 +138,9 @@ fn echo_app(
         }
         Event::Response { id, message } => results.push((id.0, message.to_vec())),
         Event::Failed { id, error } => panic!("rpc {id:?} failed: {error}"),
+        ev @ (Event::PartialRequest { .. }
+        | Event::PartialResponse { .. }
+        | Event::PartialProgress { .. }) => panic!("not asked for: {ev:?}"),
     }
 }
 
@@ -250,6 +253,9 @@ fn echo_with_loss() {
         }
         Event::Response { id, message } => results.push(((i, id.0), message.to_vec())),
         Event::Failed { id, error } => panic!("rpc {id:?} failed: {error}"),
+        ev @ (Event::PartialRequest { .. }
+        | Event::PartialResponse { .. }
+        | Event::PartialProgress { .. }) => panic!("not asked for: {ev:?}"),
     });
     assert_eq!(results.len(), expect.len());
     for (k, data) in results {
@@ -334,6 +340,9 @@ fn discard_payload_still_delivers_every_message_with_its_length() {
         }
         Event::Response { id, message } => got.push((id, message.len())),
         Event::Failed { id, error } => panic!("{id:?}: {error}"),
+        ev @ (Event::PartialRequest { .. }
+        | Event::PartialResponse { .. }
+        | Event::PartialProgress { .. }) => panic!("not asked for: {ev:?}"),
     });
     assert_eq!(got, [(id, 70_000)]);
 }

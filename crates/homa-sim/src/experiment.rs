@@ -523,6 +523,10 @@ impl App for ExpApp {
                 }
                 sh.top_up(ctx, self.message_size);
             }
+            // Never asked for: every message is delivered whole here.
+            Event::PartialRequest { .. }
+            | Event::PartialResponse { .. }
+            | Event::PartialProgress { .. } => {}
         }
     }
 }

@@ -59,6 +59,7 @@ impl App for Poisson {
             }
             Event::Response { .. } => self.done += 1,
             Event::Failed { .. } => self.failed += 1,
+            ev => panic!("not asked for: {ev:?}"),
         }
     }
 }

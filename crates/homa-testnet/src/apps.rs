@@ -5,7 +5,7 @@ use crate::driver::{App, HostCtx};
 use crate::net::HostId;
 use crate::sched::Time;
 use bytes::Bytes;
-use homa_proto::{Event, RpcError, RpcId, ServerRpc};
+use homa_proto::{Event, PartialMessage, PartialState, RpcError, RpcId, ServerRpc};
 
 /// How a [`TestApp`] answers requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,16 +34,43 @@ pub enum Record {
         id: RpcId,
         error: RpcError,
     },
+    /// A partial message (request or response) stopped after `received`
+    /// of its bytes.
+    PartialFailed {
+        serial: u64,
+        received: usize,
+    },
     Crashed,
     Restarted,
 }
 
+/// A message delivered incrementally that a [`TestApp`] is reading: at
+/// every `PartialProgress` it copies out the newly readable bytes, checking
+/// that the readable prefix never shrinks.
+#[derive(Debug)]
+pub struct Reading {
+    /// The server RPC of a request, `None` for a response.
+    pub rpc: Option<ServerRpc>,
+    /// The client RPC of a response.
+    pub id: Option<RpcId>,
+    pub message: PartialMessage,
+    /// The bytes read so far, in order.
+    pub data: Vec<u8>,
+    /// Times new bytes were read before the message was complete.
+    pub early_reads: usize,
+}
+
 /// Records events with their time and answers requests per [`Reply`].
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct TestApp {
     pub reply: Reply,
-    /// Everything observed, in order, with the time.
+    /// Everything observed, in order, with the time. A message delivered
+    /// incrementally is logged as a `Request` or `Response` when complete.
     pub log: Vec<(Time, Record)>,
+    /// Messages delivered incrementally, still arriving.
+    pub reading: Vec<Reading>,
+    /// For each partial message that completed: (serial, early reads).
+    pub partials_done: Vec<(u64, usize)>,
     /// Requests received under [`Reply::Manual`] (or whose answer was refused).
     pub unanswered: Vec<ServerRpc>,
 }
@@ -68,6 +95,8 @@ impl TestApp {
         TestApp {
             reply,
             log: Vec::new(),
+            reading: Vec::new(),
+            partials_done: Vec::new(),
             unanswered: Vec::new(),
         }
     }
@@ -118,26 +147,108 @@ impl TestApp {
     }
 }
 
+impl TestApp {
+    fn on_request(&mut self, ctx: &mut HostCtx<'_>, rpc: ServerRpc, data: Vec<u8>) {
+        let answer = match self.reply {
+            Reply::Echo => Some(Bytes::from(data.clone())),
+            Reply::Fixed(n) => Some(pattern(n, rpc.id)),
+            Reply::Manual => None,
+        };
+        let from = ctx.host_of(rpc.peer);
+        self.log
+            .push((ctx.now(), Record::Request { rpc, from, data }));
+        let sent = answer.is_some_and(|a| ctx.send_response(rpc, a).is_ok());
+        if !sent {
+            self.unanswered.push(rpc);
+        }
+    }
+
+    /// Reads what partial message `i` has newly made readable; finishes
+    /// it if it ended.
+    fn read_partial(&mut self, ctx: &mut HostCtx<'_>, i: usize) {
+        let r = &mut self.reading[i];
+        let state = r.message.state();
+        let readable = r.message.readable();
+        assert!(readable >= r.data.len(), "the readable prefix shrank");
+        if readable > r.data.len() {
+            let from = r.data.len();
+            for piece in r.message.fragments(from, readable) {
+                r.data.extend_from_slice(piece);
+            }
+            if state == PartialState::Receiving {
+                r.early_reads += 1;
+            }
+        }
+        match state {
+            PartialState::Receiving => {}
+            PartialState::Complete => {
+                let r = self.reading.swap_remove(i);
+                assert_eq!(r.data.len(), r.message.len());
+                self.partials_done.push((r.message.serial(), r.early_reads));
+                match (r.rpc, r.id) {
+                    (Some(rpc), _) => self.on_request(ctx, rpc, r.data),
+                    (None, Some(id)) => self
+                        .log
+                        .push((ctx.now(), Record::Response { id, data: r.data })),
+                    (None, None) => unreachable!(),
+                }
+            }
+            PartialState::Failed => {
+                let r = self.reading.swap_remove(i);
+                self.log.push((
+                    ctx.now(),
+                    Record::PartialFailed {
+                        serial: r.message.serial(),
+                        received: r.data.len(),
+                    },
+                ));
+            }
+        }
+    }
+
+    fn start_reading(&mut self, ctx: &mut HostCtx<'_>, reading: Reading) {
+        self.reading.push(reading);
+        self.read_partial(ctx, self.reading.len() - 1);
+    }
+}
+
 impl App for TestApp {
     fn on_event(&mut self, ctx: &mut HostCtx<'_>, event: Event) {
         let now = ctx.now();
         match event {
             Event::Request { rpc, message } => {
                 // Copy out and release the pool space before answering.
-                let data = {
-                    let m = message;
-                    m.to_vec()
+                let data = message.to_vec();
+                drop(message);
+                self.on_request(ctx, rpc, data);
+            }
+            Event::PartialRequest { rpc, message } => {
+                let reading = Reading {
+                    rpc: Some(rpc),
+                    id: None,
+                    message,
+                    data: Vec::new(),
+                    early_reads: 0,
                 };
-                let answer = match self.reply {
-                    Reply::Echo => Some(Bytes::from(data.clone())),
-                    Reply::Fixed(n) => Some(pattern(n, rpc.id)),
-                    Reply::Manual => None,
+                self.start_reading(ctx, reading);
+            }
+            Event::PartialResponse { id, message } => {
+                let reading = Reading {
+                    rpc: None,
+                    id: Some(id),
+                    message,
+                    data: Vec::new(),
+                    early_reads: 0,
                 };
-                let from = ctx.host_of(rpc.peer);
-                self.log.push((now, Record::Request { rpc, from, data }));
-                let sent = answer.is_some_and(|a| ctx.send_response(rpc, a).is_ok());
-                if !sent {
-                    self.unanswered.push(rpc);
+                self.start_reading(ctx, reading);
+            }
+            Event::PartialProgress { serial } => {
+                if let Some(i) = self
+                    .reading
+                    .iter()
+                    .position(|r| r.message.serial() == serial)
+                {
+                    self.read_partial(ctx, i);
                 }
             }
             Event::Response { id, message } => {
@@ -155,6 +266,7 @@ impl App for TestApp {
 
     fn on_crash(&mut self, _host: HostId, now: Time) {
         self.unanswered.clear();
+        self.reading.clear();
         self.log.push((now, Record::Crashed));
     }
 

@@ -242,6 +242,16 @@ fn event_digest(ev: &Event) -> [u64; 4] {
             msg_hash(message),
         ],
         Event::Response { id, message } => [2, id.0, 0, msg_hash(message)],
+        Event::PartialRequest { rpc, message } => [
+            4,
+            rpc.id,
+            addr_host(rpc.peer).map_or(u64::MAX, |h| h as u64),
+            message.serial() ^ (message.len() as u64) << 32,
+        ],
+        Event::PartialResponse { id, message } => {
+            [5, id.0, 0, message.serial() ^ (message.len() as u64) << 32]
+        }
+        Event::PartialProgress { serial } => [6, *serial, 0, 0],
         Event::Failed { id, error } => [
             3,
             id.0,

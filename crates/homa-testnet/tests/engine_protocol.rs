@@ -439,6 +439,7 @@ impl App for Holder {
             }
             Event::Response { .. } => self.responses += 1,
             Event::Failed { id, error } => panic!("{id:?} failed: {error}"),
+            ev => panic!("not asked for: {ev:?}"),
         }
     }
     fn on_wakeup(&mut self, ctx: &mut HostCtx<'_>, _token: u64) {
@@ -688,6 +689,7 @@ impl App for PoolHog {
             }
             Event::Response { message, .. } => self.held.push(message),
             Event::Failed { id, error } => self.failed.push((ctx.now(), id, error)),
+            ev => panic!("not asked for: {ev:?}"),
         }
     }
 }

@@ -163,6 +163,11 @@ impl App for SoakApp {
                     .push(format!("rpc {id} failed: {error}"));
                 self.issue(ctx);
             }
+            ev => self
+                .ledger
+                .borrow_mut()
+                .errors
+                .push(format!("not asked for: {ev:?}")),
         }
     }
 }

@@ -19,9 +19,10 @@ use crate::socket::{
     GSO_MAX_SEGMENTS, LANDING_MIN_BYTES,
 };
 use crate::timetrace;
-use crate::wait::{Slot, Waiter};
+use crate::wait::{Notify, Slot, Waiter};
 use homa_proto::driver::FastPath as _;
 use homa_proto::{Event, Outgoing, RpcId, ServerRpc};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
@@ -42,6 +43,10 @@ const URGENT_NS: u64 = 100_000;
 
 pub(crate) type RpcResult = Result<homa_proto::Message>;
 
+/// What an RPC whose response is delivered incrementally gets first: the
+/// message as its first bytes are in, and its reader's wake-up.
+pub(crate) type PartialStart = Result<(homa_proto::PartialMessage, Arc<Notify>)>;
+
 /// One drive pass by a waiting thread: its engine time, and whether it
 /// received anything (a waiter that keeps receiving keeps polling).
 #[derive(Clone, Copy, Debug)]
@@ -54,6 +59,9 @@ pub(crate) struct Pass {
 pub(crate) enum Target {
     /// A private RPC: its own slot, awaited through its [`PendingRpc`].
     Private(Arc<Slot<RpcResult>>),
+    /// A private RPC whose response is read as it arrives
+    /// ([`Endpoint::call_partial`](crate::Endpoint::call_partial)).
+    Partial(Arc<Slot<PartialStart>>),
     /// A shared RPC: the endpoint's response queue ([`Endpoint::recv_response`]).
     Shared,
 }
@@ -162,6 +170,9 @@ pub(crate) struct Driver {
     /// The last receive of this pass found the socket empty (the async
     /// driver task may then clear tokio's readiness flag).
     pub(crate) rx_drained: bool,
+    /// Readers of partial messages, by serial: woken on the engine's
+    /// `PartialProgress` (a reader removes itself when it is dropped).
+    pub(crate) partials: HashMap<u64, Arc<Notify>>,
 }
 
 /// State shared by the endpoint's handles, its RPC handles and its
@@ -283,12 +294,18 @@ impl Shared {
             });
         }
         let len = request.len();
+        let partial = matches!(target, Target::Partial(_));
         let id = self.with_driver(false, |d, now| {
             let id = d
                 .engine
                 .send_request(now, peer, request)
                 .map_err(Error::from_send)?;
             timetrace::record("engine send_request done");
+            if partial {
+                d.engine
+                    .deliver_response_partially(id)
+                    .map_err(Error::from_send)?;
+            }
             d.rpcs.insert(&d.engine, id, ClientRpc { peer, target });
             Ok::<_, Error>(id)
         })?;
@@ -630,6 +647,9 @@ impl Shared {
     pub(crate) fn complete(&self, d: &mut Driver, id: RpcId, rpc: ClientRpc, result: RpcResult) {
         let w = match rpc.target {
             Target::Private(slot) => slot.complete(result),
+            // The engine reports such a response only as `PartialResponse`:
+            // what comes here is a failure before its first bytes.
+            Target::Partial(slot) => slot.complete(result.and(Err(Error::UnknownRpc))),
             Target::Shared => self.responses.push(Response {
                 id,
                 peer: rpc.peer,
@@ -666,6 +686,33 @@ impl Shared {
                     let e = Error::from_rpc(error, self.max_message);
                     self.complete(d, id, rpc, Err(e));
                 }
+            }
+            Event::PartialResponse { id, message } => {
+                // Unknown ids were abandoned: dropping the message returns
+                // its pool space (the engine cancels nothing by itself, but
+                // an abandoned RPC was cancelled already).
+                if let Some(ClientRpc {
+                    target: Target::Partial(slot),
+                    ..
+                }) = d.rpcs.remove(&d.engine, id)
+                {
+                    let notify = Arc::new(Notify::default());
+                    d.partials.insert(message.serial(), notify.clone());
+                    if let Some(w) = slot.complete(Ok((message, notify))) {
+                        d.wakes.push(w);
+                    }
+                }
+            }
+            Event::PartialProgress { serial } => {
+                if let Some(w) = d.partials.get(&serial).and_then(|n| n.take()) {
+                    d.wakes.push(w);
+                }
+            }
+            Event::PartialRequest { rpc, .. } => {
+                // The runtime does not turn on incremental requests
+                // (`EndpointConfig` refuses `partial_delivery_bytes`): not
+                // reached. Should it be, nobody would answer: free it.
+                d.engine.abandon(rpc);
             }
         }
     }

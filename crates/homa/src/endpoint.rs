@@ -161,6 +161,7 @@ impl Endpoint {
             watcher_driving: false,
             last_now: 0,
             rx_drained: false,
+            partials: Default::default(),
         };
         // What `config()` reports: the engine values in effect for this
         // socket's family (an IPv6 socket's packets are 20 bytes shorter).
@@ -206,7 +207,7 @@ impl Endpoint {
         })
     }
 
-    fn shared(&self) -> &Arc<Shared> {
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.handle.shared
     }
 

@@ -82,6 +82,11 @@ pub enum Error {
     /// returned by an earlier `try_wait`.
     #[error("the response was already taken")]
     ResponseTaken,
+    /// An [`IncomingMessage`](crate::IncomingMessage) stopped before its end
+    /// (its RPC timed out or was cancelled, or the endpoint shut down): its
+    /// first `received` of `len` bytes arrived, and were readable in order.
+    #[error("the message ended after {received} of its {len} bytes")]
+    Incomplete { received: usize, len: usize },
     /// The endpoint or engine configuration is invalid; the text names the
     /// setting and its allowed range.
     #[error("invalid configuration: {0}")]
@@ -124,6 +129,7 @@ impl Error {
             Error::Shutdown => K::ConnectionAborted,
             Error::PoolExhausted => K::OutOfMemory,
             Error::UnknownRpc => K::NotFound,
+            Error::Incomplete { .. } => K::UnexpectedEof,
             Error::MessageTooLong { .. }
             | Error::BufferLayout { .. }
             | Error::InvalidPeer(_)

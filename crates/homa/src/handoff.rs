@@ -3,7 +3,7 @@
 //! background thread, and the rules that hand the socket from one to the
 //! other without losing a wake-up.
 
-use crate::driver::{release, RpcResult};
+use crate::driver::release;
 use crate::error::{Error, Result};
 use crate::serve::{wait_in_handler, Serving};
 use crate::shared::Shared;
@@ -591,11 +591,7 @@ impl Shared {
         r
     }
 
-    pub(crate) fn wait_slot(
-        &self,
-        slot: &Slot<RpcResult>,
-        deadline: Option<u64>,
-    ) -> Option<RpcResult> {
+    pub(crate) fn wait_slot<T>(&self, slot: &Slot<T>, deadline: Option<u64>) -> Option<T> {
         self.wait_with(
             deadline,
             None,

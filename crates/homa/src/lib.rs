@@ -53,6 +53,7 @@ mod endpoint;
 mod error;
 mod handoff;
 mod message;
+mod partial;
 #[cfg(feature = "metrics")]
 mod publish;
 mod serve;
@@ -68,6 +69,7 @@ pub use config::{EndpointBuilder, EndpointConfig, Mtu, FALLBACK_MTU};
 pub use endpoint::{Endpoint, PendingRpc, Request, Responder, Response, RuntimeStats};
 pub use error::{Error, Result};
 pub use message::{Message, MessageReader};
+pub use partial::IncomingMessage;
 /// Test hook: random packet loss at the socket layer, set with
 /// [`EndpointBuilder::fault`] (`test-hooks` feature; not part of the stable API).
 #[cfg(feature = "test-hooks")]

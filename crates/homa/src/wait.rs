@@ -35,6 +35,24 @@ impl Waiter {
     }
 }
 
+/// A re-armable wake-up for one reader of a partial message
+/// ([`crate::IncomingMessage`]): the reader registers before it sleeps and
+/// checks its condition again afterwards; the driver takes the waiter when
+/// the engine reports progress. A stale waiter only costs a spurious wake.
+#[derive(Default)]
+pub(crate) struct Notify {
+    waiter: Mutex<Option<Waiter>>,
+}
+
+impl Notify {
+    pub(crate) fn register(&self, w: Waiter) {
+        *self.waiter.lock() = Some(w);
+    }
+    pub(crate) fn take(&self) -> Option<Waiter> {
+        self.waiter.lock().take()
+    }
+}
+
 /// The result of one private RPC: a one-shot channel from the engine's
 /// driver (which completes it, always under the engine lock, so completions
 /// never race each other) to the RPC's one owner (which takes the result or

@@ -1177,6 +1177,8 @@ impl Harness {
                     self.counts.failures += 1;
                     self.end(id);
                 }
+                // The harness never asks for incremental delivery.
+                ev => panic!("not asked for: {ev:?}"),
             }
         }
         panic!("poll_event never ran dry");

@@ -159,6 +159,11 @@ pub enum SendError {
         "no such server RPC awaiting a response (already answered, or abandoned by the client)"
     )]
     UnknownRpc,
+    /// The request of this [`ServerRpc`] is still arriving (it was
+    /// delivered incrementally, [`Event::PartialRequest`]): answer it once
+    /// it is complete.
+    #[error("the request is still arriving; answer it once it is complete")]
+    RequestIncomplete,
     /// [`Endpoint::shutdown`] has been called.
     #[error("the endpoint is shut down")]
     Shutdown,
@@ -633,7 +638,11 @@ impl Endpoint {
             (r.state, r.peer_key)
         };
         if state != RpcState::ServerInService {
-            return Err(SendError::UnknownRpc);
+            return Err(if state == RpcState::ServerReceiving {
+                SendError::RequestIncomplete
+            } else {
+                SendError::UnknownRpc
+            });
         }
         let response = self.payload(response.into())?;
         let unsched_priority = self.peers.unsched_priority(pk, response.len() as u32);

@@ -5,7 +5,7 @@
 //! reordering and corruption), and a message that stops fails its reader
 //! with the prefix that arrived.
 
-use homa_proto::{Config, PartialState, RpcId};
+use homa_proto::{Config, PartialState, RpcId, SendError};
 use homa_testnet::{pattern, EngineNet, Fabric, FaultConfig, Record, Reply, TestApp};
 
 const MS: u64 = 1_000_000;
@@ -206,6 +206,11 @@ fn a_server_may_abandon_a_request_it_is_still_reading() {
     assert_eq!(
         net.app(0).reading[0].message.state(),
         PartialState::Receiving
+    );
+    // Too early to answer.
+    assert_eq!(
+        net.send_response(0, rpc, pattern(10, 1)),
+        Err(SendError::RequestIncomplete)
     );
     net.with_host(0, |_, ctx| ctx.endpoint().unwrap().abandon(rpc));
     net.run_for(MS);

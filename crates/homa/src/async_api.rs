@@ -270,7 +270,7 @@ impl Shared {
 
     /// A future's own attempt before it registers: one non-blocking pass,
     /// or busy-polling for `async_poll` until `done` says the result is in.
-    fn poll_before_waiting(&self, done: impl Fn() -> bool) {
+    pub(crate) fn poll_before_waiting(&self, done: impl Fn() -> bool) {
         // One spinner per endpoint at a time: others (many calls in flight
         // from many tasks) register at once instead of each holding an
         // executor thread for the budget.
@@ -305,7 +305,7 @@ impl Shared {
 
     /// Registers a waiting future: counted as blocked, and watched for by
     /// the driver task (or, without a runtime, the background thread).
-    fn enter_blocked_async(self: &Arc<Self>) {
+    pub(crate) fn enter_blocked_async(self: &Arc<Self>) {
         if tokio::runtime::Handle::try_current().is_ok() {
             // Counted first, so that the driver task, woken below, sees it.
             self.roles.blocked.fetch_add(1, SeqCst);
@@ -590,6 +590,72 @@ impl Drop for RpcFuture {
     }
 }
 
+/// Waits, as the API's futures do (a bounded busy-poll of its own, then
+/// the driver task), until `ready()`; `register` leaves the task's waker
+/// where the driver finds it when the awaited thing happens. Ends with
+/// [`Error::Shutdown`] if the endpoint shuts down first.
+pub(crate) struct WaitUntil<'a, R: Fn() -> bool, G: Fn(Waiter)> {
+    shared: &'a Arc<Shared>,
+    ready: R,
+    register: G,
+    drove: bool,
+    counted: bool,
+}
+
+impl<'a, R: Fn() -> bool, G: Fn(Waiter)> WaitUntil<'a, R, G> {
+    pub(crate) fn new(shared: &'a Arc<Shared>, ready: R, register: G) -> Self {
+        WaitUntil {
+            shared,
+            ready,
+            register,
+            drove: false,
+            counted: false,
+        }
+    }
+}
+
+impl<R: Fn() -> bool, G: Fn(Waiter)> Unpin for WaitUntil<'_, R, G> {}
+
+impl<R: Fn() -> bool, G: Fn(Waiter)> Future for WaitUntil<'_, R, G> {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        loop {
+            let done = (this.ready)();
+            if done || this.shared.is_shut() {
+                if this.counted {
+                    this.shared.leave_blocked();
+                    this.counted = false;
+                }
+                return Poll::Ready(if done { Ok(()) } else { Err(Error::Shutdown) });
+            }
+            if !this.drove {
+                this.drove = true;
+                this.shared.poll_before_waiting(&this.ready);
+                continue;
+            }
+            (this.register)(Waiter::Task(cx.waker().clone()));
+            // Reported between the check and the registration: look again.
+            if (this.ready)() {
+                continue;
+            }
+            if !this.counted {
+                this.counted = true;
+                this.shared.enter_blocked_async();
+            }
+            return Poll::Pending;
+        }
+    }
+}
+
+impl<R: Fn() -> bool, G: Fn(Waiter)> Drop for WaitUntil<'_, R, G> {
+    fn drop(&mut self) {
+        if self.counted {
+            self.shared.leave_blocked();
+        }
+    }
+}
+
 /// Which queue a [`QueueWait`] takes from.
 trait Queue {
     type Item;
@@ -607,6 +673,40 @@ impl Queue for IncomingRequests {
     }
     fn convert(shared: &Arc<Shared>, item: Self::Item) -> Request {
         shared.request(item)
+    }
+}
+
+/// Requests delivered incrementally ([`Endpoint::recv_partial_request`]).
+struct PartialRequests;
+impl Queue for PartialRequests {
+    type Item = (
+        homa_proto::ServerRpc,
+        homa_proto::PartialMessage,
+        Arc<crate::wait::Notify>,
+    );
+    type Out = (crate::IncomingMessage, crate::Responder);
+    fn queue(shared: &Shared) -> &WaitQueue<Self::Item> {
+        &shared.partial_requests
+    }
+    fn convert(shared: &Arc<Shared>, item: Self::Item) -> Self::Out {
+        crate::partial::incoming_request(shared, item)
+    }
+}
+
+/// The next request delivered incrementally, as a future
+/// ([`AsyncEndpoint::recv_partial_request`]).
+pub(crate) struct RecvPartialRequest(QueueWait<PartialRequests>);
+
+impl RecvPartialRequest {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        RecvPartialRequest(QueueWait::new(shared))
+    }
+}
+
+impl Future for RecvPartialRequest {
+    type Output = Result<(crate::IncomingMessage, crate::Responder)>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().0.poll_next(cx)
     }
 }
 

@@ -708,11 +708,12 @@ impl Shared {
                     d.wakes.push(w);
                 }
             }
-            Event::PartialRequest { rpc, .. } => {
-                // The runtime does not turn on incremental requests
-                // (`EndpointConfig` refuses `partial_delivery_bytes`): not
-                // reached. Should it be, nobody would answer: free it.
-                d.engine.abandon(rpc);
+            Event::PartialRequest { rpc, message } => {
+                let notify = Arc::new(Notify::default());
+                d.partials.insert(message.serial(), notify.clone());
+                if let Some(w) = self.partial_requests.push((rpc, message, notify)) {
+                    d.wakes.push(w);
+                }
             }
         }
     }
@@ -918,6 +919,8 @@ impl Shared {
         // Requests nobody will answer: release their pool space.
         drop(self.requests.drain());
         self.requests.wake_all();
+        drop(self.partial_requests.drain());
+        self.partial_requests.wake_all();
         self.responses.wake_all();
         #[cfg(feature = "tokio")]
         if let Some(r) = self.reactor_state.get() {

@@ -192,6 +192,7 @@ impl Endpoint {
             attention_until: AtomicU64::new(0),
             shut: AtomicBool::new(false),
             requests: WaitQueue::new(),
+            partial_requests: WaitQueue::new(),
             responses: WaitQueue::new(),
             counters: Counters::default(),
         });
@@ -629,6 +630,14 @@ impl Drop for Responder {
 }
 
 impl Shared {
+    pub(crate) fn responder(self: &Arc<Self>, rpc: ServerRpc) -> Responder {
+        Responder {
+            shared: self.clone(),
+            rpc,
+            answered: false,
+        }
+    }
+
     pub(crate) fn request(
         self: &Arc<Self>,
         (rpc, message): (ServerRpc, homa_proto::Message),

@@ -82,6 +82,11 @@ pub enum Error {
     /// returned by an earlier `try_wait`.
     #[error("the response was already taken")]
     ResponseTaken,
+    /// A reply to a request that is still arriving
+    /// ([`Endpoint::recv_partial_request`](crate::Endpoint::recv_partial_request)):
+    /// reply once it is complete.
+    #[error("the request is still arriving; reply once it is complete")]
+    RequestIncomplete,
     /// An [`IncomingMessage`](crate::IncomingMessage) stopped before its end
     /// (its RPC timed out or was cancelled, or the endpoint shut down): its
     /// first `received` of `len` bytes arrived, and were readable in order.
@@ -130,6 +135,7 @@ impl Error {
             Error::PoolExhausted => K::OutOfMemory,
             Error::UnknownRpc => K::NotFound,
             Error::Incomplete { .. } => K::UnexpectedEof,
+            Error::RequestIncomplete => K::Other,
             Error::MessageTooLong { .. }
             | Error::BufferLayout { .. }
             | Error::InvalidPeer(_)
@@ -153,6 +159,7 @@ impl Error {
             SendError::TooManyRpcs(limit) => Error::TooManyRpcs { limit },
             SendError::TooManyPeers(limit) => Error::TooManyPeers { limit },
             SendError::UnknownRpc => Error::UnknownRpc,
+            SendError::RequestIncomplete => Error::RequestIncomplete,
             SendError::Shutdown => Error::Shutdown,
             SendError::BufferInFlight => Error::BufferInFlight,
             SendError::BufferLayout { segment, expected } => {
@@ -305,6 +312,14 @@ mod tests {
                 K::InvalidInput,
             ),
             (Error::ResponseTaken, K::InvalidInput),
+            (Error::RequestIncomplete, K::Other),
+            (
+                Error::Incomplete {
+                    received: 1,
+                    len: 2,
+                },
+                K::UnexpectedEof,
+            ),
             (Error::InvalidConfig("mtu".into()), K::InvalidInput),
             (Error::Io(io::Error::from(K::AddrInUse)), K::AddrInUse),
         ];

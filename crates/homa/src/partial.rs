@@ -1,5 +1,7 @@
 //! Incremental delivery: a response read while it is still arriving
-//! ([`Endpoint::call_partial`], [`IncomingMessage`]).
+//! ([`Endpoint::call_partial`]), and a long request read while it is
+//! still arriving ([`Endpoint::recv_partial_request`]), both as an
+//! [`IncomingMessage`].
 //!
 //! The engine hands the message over when its first bytes are in the
 //! receive pool and publishes how many leading bytes are in place
@@ -9,12 +11,12 @@
 //! (`call`, `recv_response`) is untouched by it.
 
 use crate::driver::Target;
-use crate::endpoint::Endpoint;
+use crate::endpoint::{Endpoint, Responder};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::shared::Shared;
 use crate::wait::{Notify, Slot, Waiter};
-use homa_proto::{Outgoing, PartialState, RpcId};
+use homa_proto::{Outgoing, PartialState, RpcId, ServerRpc};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -50,14 +52,12 @@ impl Endpoint {
             shared.wait_slot(&slot, None)
         };
         match first {
-            Some(Ok((message, notify))) => Ok(IncomingMessage {
-                serial: message.serial(),
-                message: Some(message),
-                pos: 0,
-                shared: shared.clone(),
+            Some(Ok((message, notify))) => Ok(IncomingMessage::new(
+                shared,
+                message,
                 notify,
-                id,
-            }),
+                Owner::Client(id),
+            )),
             Some(Err(e)) => Err(e),
             None => {
                 if !slot.is_done() {
@@ -67,6 +67,48 @@ impl Endpoint {
             }
         }
     }
+}
+
+impl Endpoint {
+    /// Waits for a request of at least `EngineConfig::partial_delivery_bytes`
+    /// (off by default) and returns it as soon as its first bytes have
+    /// arrived, with the [`Responder`] that answers it. Read it with
+    /// [`IncomingMessage::next_chunk`] or `std::io::Read`; reply once it is
+    /// complete (earlier replies fail with [`Error::RequestIncomplete`]).
+    ///
+    /// With the setting on, such requests come only here, never to
+    /// [`Endpoint::recv_request`] or [`Endpoint::serve`]. If the client
+    /// gives up meanwhile, the reader fails with [`Error::Incomplete`].
+    /// Dropping the reader lets the rest arrive unread; dropping the
+    /// responder unanswered abandons the request (also before its end).
+    pub fn recv_partial_request(&self) -> Result<(IncomingMessage, Responder)> {
+        let shared = self.shared();
+        let item = shared
+            .wait_queue(&shared.partial_requests, None)?
+            .ok_or(Error::Shutdown)?;
+        Ok(incoming_request(shared, item))
+    }
+}
+
+/// A queued request delivered incrementally, as the application gets it.
+pub(crate) fn incoming_request(
+    shared: &Arc<Shared>,
+    (rpc, message, notify): (ServerRpc, homa_proto::PartialMessage, Arc<Notify>),
+) -> (IncomingMessage, Responder) {
+    let responder = shared.responder(rpc);
+    (
+        IncomingMessage::new(shared, message, notify, Owner::Server(rpc)),
+        responder,
+    )
+}
+
+/// Whose message an [`IncomingMessage`] is, for what its drop does.
+#[derive(Clone, Copy, Debug)]
+enum Owner {
+    /// The response of this client RPC: dropped unfinished, it is cancelled.
+    Client(RpcId),
+    /// The request of this server RPC: its [`Responder`] decides.
+    Server(#[allow(dead_code)] ServerRpc),
 }
 
 /// A message being received, readable in order as it arrives: each call
@@ -85,10 +127,31 @@ pub struct IncomingMessage {
     serial: u64,
     shared: Arc<Shared>,
     notify: Arc<Notify>,
-    id: RpcId,
+    owner: Owner,
+    /// An `AsyncRead` poll left this reader counted as a blocked waiter.
+    #[cfg(feature = "tokio")]
+    async_counted: bool,
 }
 
 impl IncomingMessage {
+    fn new(
+        shared: &Arc<Shared>,
+        message: homa_proto::PartialMessage,
+        notify: Arc<Notify>,
+        owner: Owner,
+    ) -> IncomingMessage {
+        IncomingMessage {
+            serial: message.serial(),
+            message: Some(message),
+            pos: 0,
+            shared: shared.clone(),
+            notify,
+            owner,
+            #[cfg(feature = "tokio")]
+            async_counted: false,
+        }
+    }
+
     fn inner(&self) -> &homa_proto::PartialMessage {
         self.message.as_ref().expect("present until consumed")
     }
@@ -156,6 +219,12 @@ impl IncomingMessage {
     /// been returned; [`Error::Incomplete`] if it stopped before its end.
     pub fn next_chunk(&mut self) -> Result<Option<&[u8]>> {
         self.wait_for_more()?;
+        self.take_chunk()
+    }
+
+    /// What [`Self::next_chunk`] returns once bytes past `pos` are in place
+    /// or the message ended.
+    fn take_chunk(&mut self) -> Result<Option<&[u8]>> {
         let inner = self.inner();
         let readable = inner.readable();
         if self.pos < readable {
@@ -235,16 +304,172 @@ impl std::fmt::Debug for IncomingMessage {
 
 impl Drop for IncomingMessage {
     fn drop(&mut self) {
+        #[cfg(feature = "tokio")]
+        if self.async_counted {
+            self.shared.leave_blocked();
+        }
         let unfinished = self
             .message
             .as_ref()
             .is_some_and(|m| m.state() == PartialState::Receiving);
-        let (serial, id) = (self.serial, self.id);
+        let (serial, owner) = (self.serial, self.owner);
         self.shared.locked(|d| {
             d.partials.remove(&serial);
-            if unfinished {
+            if let (true, Owner::Client(id)) = (unfinished, owner) {
                 d.engine.cancel(id);
             }
         });
+    }
+}
+
+#[cfg(feature = "tokio")]
+mod tokio_api {
+    use super::*;
+    use crate::async_api::{AsyncEndpoint, RecvPartialRequest, WaitUntil};
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// Cancels an RPC whose caller went away before its first bytes.
+    struct CancelUnlessDone<'a> {
+        shared: &'a Arc<Shared>,
+        id: RpcId,
+        armed: bool,
+    }
+
+    impl Drop for CancelUnlessDone<'_> {
+        fn drop(&mut self) {
+            if self.armed {
+                self.shared.cancel(self.id);
+            }
+        }
+    }
+
+    impl AsyncEndpoint {
+        /// [`Endpoint::call_partial`] as a future: resolves when the
+        /// response's first bytes are in. Dropping the future before that
+        /// cancels the RPC.
+        pub async fn call_partial(
+            &self,
+            peer: SocketAddr,
+            request: impl Into<Outgoing>,
+        ) -> Result<IncomingMessage> {
+            let shared = self.blocking().shared();
+            let slot = Arc::new(Slot::new());
+            let id = shared.start(peer, request.into(), Target::Partial(slot.clone()))?;
+            let mut guard = CancelUnlessDone {
+                shared,
+                id,
+                armed: true,
+            };
+            WaitUntil::new(
+                shared,
+                || slot.is_done(),
+                |w| {
+                    slot.register(w);
+                },
+            )
+            .await?;
+            guard.armed = false;
+            match slot.take() {
+                Some(Ok((message, notify))) => Ok(IncomingMessage::new(
+                    shared,
+                    message,
+                    notify,
+                    Owner::Client(id),
+                )),
+                Some(Err(e)) => Err(e),
+                None => Err(Error::Shutdown),
+            }
+        }
+
+        /// [`Endpoint::recv_partial_request`] as a future.
+        pub async fn recv_partial_request(&self) -> Result<(IncomingMessage, Responder)> {
+            RecvPartialRequest::new(self.blocking().shared().clone()).await
+        }
+    }
+
+    impl IncomingMessage {
+        /// [`Self::next_chunk`] as a future.
+        pub async fn next_chunk_async(&mut self) -> Result<Option<&[u8]>> {
+            {
+                let inner = self.inner();
+                let pos = self.pos;
+                let notify = &self.notify;
+                WaitUntil::new(
+                    &self.shared,
+                    || inner.readable() > pos || inner.state() != PartialState::Receiving,
+                    |w| notify.register(w),
+                )
+                .await?;
+            }
+            self.take_chunk()
+        }
+
+        /// [`Self::into_message`] as a future.
+        pub async fn into_message_async(mut self) -> Result<Message> {
+            while self.inner().state() == PartialState::Receiving {
+                self.pos = self.inner().readable();
+                let inner = self.inner();
+                let notify = &self.notify;
+                WaitUntil::new(
+                    &self.shared,
+                    || inner.state() != PartialState::Receiving,
+                    |w| notify.register(w),
+                )
+                .await?;
+            }
+            self.into_message()
+        }
+    }
+
+    impl tokio::io::AsyncRead for IncomingMessage {
+        /// Copies the next bytes that have arrived, or waits for some (woken
+        /// by the endpoint's driver); nothing at the end of the message. A
+        /// message that stopped early is an `UnexpectedEof` error carrying
+        /// [`Error::Incomplete`].
+        fn poll_read(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let this = self.get_mut();
+            let pos = this.pos;
+            let ready = |m: &homa_proto::PartialMessage| {
+                m.readable() > pos || m.state() != PartialState::Receiving
+            };
+            if buf.remaining() > 0 && !ready(this.inner()) {
+                this.shared.drive_once();
+                if !ready(this.inner()) {
+                    this.notify.register(Waiter::Task(cx.waker().clone()));
+                    if !ready(this.inner()) {
+                        if this.shared.is_shut() {
+                            return Poll::Ready(Err(Error::Shutdown.into()));
+                        }
+                        if !this.async_counted {
+                            this.async_counted = true;
+                            this.shared.enter_blocked_async();
+                        }
+                        return Poll::Pending;
+                    }
+                }
+            }
+            if this.async_counted {
+                this.async_counted = false;
+                this.shared.leave_blocked();
+            }
+            let inner = this.message.as_ref().expect("present until consumed");
+            let dst = buf.initialize_unfilled();
+            let n = inner.copy_from(this.pos, dst);
+            if n == 0 && !dst.is_empty() && inner.state() == PartialState::Failed {
+                return Poll::Ready(Err(Error::Incomplete {
+                    received: inner.readable(),
+                    len: inner.len(),
+                }
+                .into()));
+            }
+            buf.advance(n);
+            this.pos += n;
+            Poll::Ready(Ok(()))
+        }
     }
 }

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::handoff::Roles;
 use crate::socket::UdpSocket;
 use crate::sys::{monotonic_ns, EventFd};
-use crate::wait::WaitQueue;
+use crate::wait::{Notify, WaitQueue};
 use homa_proto::ServerRpc;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
@@ -72,6 +72,8 @@ pub(crate) struct Shared {
     pub(crate) attention_until: AtomicU64,
     pub(crate) shut: AtomicBool,
     pub(crate) requests: WaitQueue<(ServerRpc, homa_proto::Message)>,
+    /// Requests delivered incrementally (`EngineConfig::partial_delivery_bytes`).
+    pub(crate) partial_requests: WaitQueue<(ServerRpc, homa_proto::PartialMessage, Arc<Notify>)>,
     pub(crate) responses: WaitQueue<Response>,
     pub(crate) counters: Counters,
 }

@@ -11,6 +11,7 @@ use crate::peer::{PeerKey, ServerKey};
 use crate::rpc::{InMsg, RpcKey, RpcState};
 use crate::time::Time;
 use crate::wire::{CommonHeader, DataHeader, MAX_ACKS_PER_PACKET};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 /// A DATA packet's payload as the engine gets it.
@@ -196,22 +197,20 @@ impl Endpoint {
         };
         if let DataPayload::Bytes(payload) = payload {
             if !self.config.discard_payload {
-                let skip = prefix.map_or(0, |p| p.saturating_sub(start).min(end - start));
-                self.pool.write(
-                    inc.alloc.as_ref().unwrap(),
-                    (start + skip) as usize,
-                    &payload[skip as usize..],
-                );
+                let alloc = inc.alloc.as_ref().unwrap();
+                match prefix {
+                    None => self.pool.write(alloc, start as usize, payload),
+                    Some(p) => {
+                        let skip = p.saturating_sub(start).min(end - start);
+                        self.pool
+                            .write(alloc, (start + skip) as usize, &payload[skip as usize..]);
+                    }
+                }
             }
         }
         crate::trace_point!("engine: payload written");
-        if let (Some(old), Some((progress, serial))) = (prefix, inc.partial.as_ref()) {
-            let now_readable = inc.received.prefix();
-            if now_readable > old && now_readable < inc.len {
-                progress.advance(now_readable as usize);
-                self.events
-                    .push_back(Event::PartialProgress { serial: *serial });
-            }
+        if let Some(old) = prefix {
+            publish_partial(inc, &mut self.events, old);
         }
         inc.bytes_received += new;
         self.grants.unsettle();
@@ -671,6 +670,20 @@ impl Endpoint {
                 },
             );
             self.update_grants(now);
+        }
+    }
+}
+
+/// A packet of partial message `inc` was written: publish the readable
+/// prefix if it grew past `old` (the completing packet publishes in
+/// `finish_incoming`). Out of line: whole messages never come here.
+#[cold]
+fn publish_partial(inc: &mut InMsg, events: &mut VecDeque<Event>, old: u32) {
+    let now_readable = inc.received.prefix();
+    if let Some((progress, serial)) = inc.partial.as_ref() {
+        if now_readable > old && now_readable < inc.len {
+            progress.advance(now_readable as usize);
+            events.push_back(Event::PartialProgress { serial: *serial });
         }
     }
 }

@@ -12,15 +12,31 @@ use hdrhistogram::Histogram;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// The transports `echo-bench` knows: the blocking ones, then the async ones.
-pub const TRANSPORTS: [&str; 6] = ["homa", "udp", "tcp", "homa-async", "tokio-udp", "tokio-tcp"];
+/// The transports `echo-bench` knows: the blocking ones, then the async
+/// ones, then Homa's incremental delivery (`homa-partial`: the client reads
+/// the echo with `call_partial`, chunk by chunk, and the round trip ends
+/// with its last chunk; `homa-first-chunk`: the same exchange, timed up to
+/// the first chunk the client can read).
+pub const TRANSPORTS: [&str; 8] = [
+    "homa",
+    "udp",
+    "tcp",
+    "homa-async",
+    "tokio-udp",
+    "tokio-tcp",
+    "homa-partial",
+    "homa-first-chunk",
+];
 
 /// (transport, baseline) pairs whose same-run ratios the goals use.
-pub const RATIOS: [(&str, &str); 4] = [
+pub const RATIOS: [(&str, &str); 7] = [
     ("homa", "udp"),
     ("homa", "tcp"),
     ("homa-async", "tokio-udp"),
     ("homa-async", "tokio-tcp"),
+    ("homa-partial", "homa"),
+    ("homa-partial", "tcp"),
+    ("homa-first-chunk", "homa"),
 ];
 
 /// One echo benchmark run.
@@ -145,6 +161,11 @@ pub fn measure(args: &EchoBench) -> anyhow::Result<Vec<LatencyRow>> {
                         h
                     }
                     "udp" | "tokio-udp" if size > MAX_UDP_PAYLOAD => continue,
+                    "homa-partial" | "homa-first-chunk" => {
+                        let first = t == "homa-first-chunk";
+                        homa_partial_echo(&args.homa, size, n, warmup, first)
+                            .with_context(|| format!("{t} echo"))?
+                    }
                     "tcp" => tcp_pingpong(size, n, warmup, poll)?,
                     name => {
                         let t = AsyncTransport::parse(name).expect("checked above");
@@ -260,6 +281,69 @@ fn print_socket_times(transport: &str, events: &[homa::timetrace::TraceEvent]) {
 
 /// The requests of a Homa echo run and the checks of their replies (shared
 /// by the blocking and the async client).
+/// The echo read incrementally: `call_partial`, then every chunk of the
+/// response in order (checked against the request in the first and the
+/// last round trip, as for `homa`). Recorded: the time to the last chunk,
+/// or with `first_chunk` to the first one (the rest is still read before
+/// the next round trip).
+fn homa_partial_echo(
+    cfg: &homa::EndpointConfig,
+    size: usize,
+    count: u64,
+    warmup: u64,
+    first_chunk: bool,
+) -> anyhow::Result<Histogram<u64>> {
+    let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
+    let addr = server.local_addr();
+    let srv = server.clone();
+    let echo = std::thread::Builder::new()
+        .name("server".into())
+        .spawn(move || -> homa::Result<()> {
+            srv.serve(|req| {
+                let (message, responder) = req.into_parts();
+                let _ = responder.reply(message.into_bytes());
+            })
+        })?;
+    let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
+    let run = HomaEchoes::new(size, 4, warmup, count);
+    let msg = run.request();
+    let mut h = new_histogram();
+    let mut got = Vec::with_capacity(size);
+    let result = (|| -> anyhow::Result<()> {
+        for i in 0..warmup + count {
+            let t0 = Instant::now();
+            let mut incoming = client.call_partial(addr, msg.clone())?;
+            let mut first = None;
+            let check = i == 0 || i + 1 == warmup + count;
+            got.clear();
+            while let Some(chunk) = incoming.next_chunk()? {
+                first.get_or_insert_with(|| t0.elapsed());
+                if check {
+                    got.extend_from_slice(chunk);
+                }
+            }
+            let ns = if first_chunk {
+                first.unwrap_or_else(|| t0.elapsed())
+            } else {
+                t0.elapsed()
+            }
+            .as_nanos() as u64;
+            anyhow::ensure!(incoming.position() == size, "echo of {} bytes", incoming.position());
+            if check {
+                anyhow::ensure!(got[..] == msg[..], "echo differs from the request");
+            }
+            if i >= warmup {
+                record(&mut h, ns);
+            }
+        }
+        Ok(())
+    })();
+    server.shutdown();
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+    result.map(|_| h)
+}
+
 pub(crate) struct HomaEchoes {
     payloads: Payloads,
     seq: u64,

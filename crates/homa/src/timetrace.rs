@@ -84,7 +84,7 @@ fn serialized_cycles() -> u64 {
 }
 
 /// Makes trace points wait for earlier instructions before reading the
-/// clock, and later ones for the read (see [`serialized_cycles`]): steps
+/// clock, and later ones for the read (see `serialized_cycles`): steps
 /// are then billed where their time is spent, at ~10-20 ns more per trace
 /// point. Off by default.
 pub fn set_serialized(on: bool) {

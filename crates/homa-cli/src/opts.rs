@@ -142,6 +142,12 @@ pub fn set_engine_param(c: &mut homa::EngineConfig, kv: &str) -> anyhow::Result<
                 f => homa::CongestionSignal::Smoothed { factor: f as u32 },
             }
         }
+        // On-Ramp (docs/onramp.md §4).
+        "onramp" => c.onramp = n != 0,
+        "onramp_threshold_us" => c.onramp_threshold_ns = Some(n * 1000),
+        "onramp_max_hold_us" => c.onramp_max_hold_ns = Some(n * 1000),
+        "onramp_open_permille" => c.onramp_open_permille = n as u32,
+        "onramp_fresh_reports" => c.onramp_fresh_reports = n != 0,
         other => anyhow::bail!("unknown engine parameter {other:?}"),
     }
     Ok(())

@@ -205,6 +205,19 @@ mod tests {
         assert_eq!(c.rtt_high_factor, 4);
         set_engine_param(&mut c, "smoothed_signal=0").unwrap();
         assert_eq!(c.congestion_signal, homa::CongestionSignal::Latest);
+        for kv in [
+            "onramp=1",
+            "onramp_threshold_us=30",
+            "onramp_max_hold_us=200",
+            "onramp_open_permille=250",
+            "onramp_fresh_reports=1",
+        ] {
+            set_engine_param(&mut c, kv).unwrap();
+        }
+        assert!(c.onramp && c.onramp_fresh_reports);
+        assert_eq!(c.onramp_threshold_ns, Some(30_000));
+        assert_eq!(c.onramp_max_hold_ns, Some(200_000));
+        assert_eq!(c.onramp_open_permille, 250);
         assert!(set_engine_param(&mut c, "bogus=1").is_err());
         assert!(set_engine_param(&mut c, "rtt_us").is_err());
         assert!(set_engine_param(&mut c, "rtt_us=-1").is_err());

@@ -565,11 +565,11 @@ pub fn run_on(tb: &Testbed, cfg: &OnRampConfig) -> Result<OnRampReport> {
     };
     let receiver = Receiver::start(rx_ep.clone(), bench.server_threads, incast_set, tx)?;
     let mut servers = Servers(Vec::new());
-    for i in 1..h {
+    for (i, addr) in bg_addrs.iter().enumerate().skip(1) {
         let spec = ServerSpec {
             transport: Transport::Homa,
             ip: IpAddr::V4(host_addr(i)),
-            base_port: bg_addrs[i].port(),
+            base_port: addr.port(),
             ports: 1,
             threads_per_port: bench.server_threads,
             homa: host_cfg(i),
@@ -591,7 +591,7 @@ pub fn run_on(tb: &Testbed, cfg: &OnRampConfig) -> Result<OnRampReport> {
     }
 
     let r = run_phase(
-        tb, cfg, &bench, &homa_cfg, &baseline, &payloads, &bg_eps, &bg_addrs, &senders, &rx,
+        tb, cfg, &bench, &homa_cfg, &payloads, &bg_eps, &bg_addrs, &senders, &rx,
     );
     // Every endpoint's counters, then everything down.
     let mut counters: BTreeMap<String, u64> = BTreeMap::new();
@@ -759,14 +759,12 @@ fn run_phase(
     cfg: &OnRampConfig,
     bench: &ClusterConfig,
     homa_cfg: &homa::EndpointConfig,
-    baseline: &homa_bench::node::probe::Baseline,
     payloads: &Payloads,
     bg_eps: &[Endpoint],
     bg_addrs: &[SocketAddr],
     senders: &[Endpoint],
     rx: &mpsc::Receiver<Arrival>,
 ) -> Result<PhaseOut> {
-    let _ = baseline;
     let h = cfg.hosts();
     let warmup = Duration::from_secs_f64(bench.warmup);
     let window = Duration::from_secs_f64(bench.seconds);
@@ -774,7 +772,7 @@ fn run_phase(
     let workload = Arc::new(bench.workload.clone());
     let progress = Arc::new(AtomicU64::new(0));
     let mut clients = Vec::new();
-    for i in 0..h {
+    for (i, ep) in bg_eps.iter().enumerate() {
         let spec = ClientSpec {
             transport: Transport::Homa,
             ip: IpAddr::V4(host_addr(i)),
@@ -794,7 +792,7 @@ fn run_phase(
                 .wrapping_mul(1_000_003)
                 .wrapping_add(i as u64 + 1),
             homa: homa_cfg.clone(),
-            homa_endpoint: Some(bg_eps[i].clone()),
+            homa_endpoint: Some(ep.clone()),
             tcp_conns: 1,
             tcp_max_conns: 1,
             payloads: payloads.clone(),

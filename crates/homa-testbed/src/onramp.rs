@@ -293,6 +293,10 @@ pub struct OnRampReport {
     /// The round in progress when the window ended did not finish in it
     /// (not measured).
     pub incast_unfinished_round: bool,
+    /// How long issuing a round's requests took, p50 and max over rounds,
+    /// µs (one thread calls every sender endpoint in turn).
+    pub incast_issue_p50_us: f64,
+    pub incast_issue_max_us: f64,
     /// Incast requests that failed or whose length was wrong.
     pub incast_errors: Vec<String>,
     /// Background RPCs by size decile: slowdown of the echo RTT.
@@ -516,6 +520,8 @@ impl StallWatch {
 #[derive(Default)]
 struct Rounds {
     rct_ns: Vec<u64>,
+    /// Per round: from the first request issued to the last.
+    issue_ns: Vec<u64>,
     unfinished: bool,
     errors: Vec<String>,
 }
@@ -623,6 +629,8 @@ pub fn run_on(tb: &Testbed, cfg: &OnRampConfig) -> Result<OnRampReport> {
     bg.homa_retransmitted_packets = c("retransmitted_packets");
     bg.homa_engine_counters = counters.clone();
 
+    let mut issue: Vec<f64> = rounds.issue_ns.iter().map(|&n| n as f64 / 1e3).collect();
+    issue.sort_by(f64::total_cmp);
     let mut rct: Vec<f64> = rounds.rct_ns.iter().map(|&n| n as f64 / 1e3).collect();
     let rct_in_order = rct.clone();
     rct.sort_by(f64::total_cmp);
@@ -695,6 +703,8 @@ pub fn run_on(tb: &Testbed, cfg: &OnRampConfig) -> Result<OnRampReport> {
         incast_rounds: rct.len(),
         incast_rct_us: rct_in_order,
         incast_unfinished_round: rounds.unfinished,
+        incast_issue_p50_us: issue.first().map_or(0.0, |_| percentile(&issue, 50.0)),
+        incast_issue_max_us: issue.last().copied().unwrap_or(0.0),
         incast_errors: rounds.errors,
         background_deciles: bg.deciles.clone(),
         background_messages: bg.rpcs,
@@ -835,6 +845,7 @@ fn run_phase(
                     .push(format!("incast from {}: {e}", ep.local_addr())),
             }
         }
+        rounds.issue_ns.push(t0.elapsed().as_nanos() as u64);
         // Every request at the receiver, or the drain's end.
         let deadline = window_end + drain;
         let mut got = 0;

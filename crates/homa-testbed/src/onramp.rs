@@ -459,11 +459,27 @@ impl Receiver {
         }
         Ok(Receiver { ep, threads: v })
     }
+}
 
-    fn stop(self) {
+/// Also on an early return (a bind that failed): no serving thread outlives
+/// the run.
+impl Drop for Receiver {
+    fn drop(&mut self) {
         self.ep.shutdown();
-        for t in self.threads {
+        for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+    }
+}
+
+/// The incast senders' endpoints, shut down when dropped (also on an early
+/// return).
+struct Senders(Vec<Endpoint>);
+
+impl Drop for Senders {
+    fn drop(&mut self) {
+        for ep in &self.0 {
+            ep.shutdown();
         }
     }
 }
@@ -587,30 +603,28 @@ pub fn run_on(tb: &Testbed, cfg: &OnRampConfig) -> Result<OnRampReport> {
     }
     let mut bg_eps = vec![rx_ep.clone()];
     bg_eps.extend(servers.0.iter().filter_map(|s| s.homa_endpoint.clone()));
-    let mut senders = Vec::new();
+    let mut senders = Senders(Vec::new());
     for (k, addr) in incast_addrs.iter().enumerate() {
         let (host, _) = cfg.sender_slot(k);
         let (addr, c) = (*addr, host_cfg(h + k));
-        senders.push(run_in(&tb.ns(host), move || {
+        senders.0.push(run_in(&tb.ns(host), move || {
             Ok(Endpoint::bind_with(addr, c)?)
         })?);
     }
 
     let r = run_phase(
-        tb, cfg, &bench, &homa_cfg, &payloads, &bg_eps, &bg_addrs, &senders, &rx,
+        tb, cfg, &bench, &homa_cfg, &payloads, &bg_eps, &bg_addrs, &senders.0, &rx,
     );
     // Every endpoint's counters, then everything down.
     let mut counters: BTreeMap<String, u64> = BTreeMap::new();
-    for ep in bg_eps.iter().chain(&senders) {
+    for ep in bg_eps.iter().chain(&senders.0) {
         for (k, v) in ep.metrics().iter() {
             *counters.entry(k).or_insert(0) += v;
         }
     }
-    for ep in &senders {
-        ep.shutdown();
-    }
+    drop(senders);
     drop(bg_eps);
-    receiver.stop();
+    drop(receiver);
     servers.stop()?;
     let (rounds, total, cpu, net, stalled_ms) = r?;
     counters.retain(|_, v| *v != 0);

@@ -33,6 +33,9 @@ pub enum BenchCommand {
     /// Homa's workload next to bulk TCP flows sharing its receivers'
     /// downlinks: static vs adaptive windows, shared vs split classes.
     Coexist(Box<crate::coexist_bench::CoexistArgs>),
+    /// Issue #22's On-Ramp experiment: repeated incasts over background
+    /// traffic through shallow switch queues, On-Ramp on or off.
+    Onramp(Box<crate::onramp_bench::OnRampArgs>),
 }
 
 /// Options shared by the node commands that open Homa endpoints.
@@ -214,6 +217,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Client(a) => client(a),
         BenchCommand::Cluster(a) => cluster_cmd(a),
         BenchCommand::Coexist(a) => crate::coexist_bench::run(*a),
+        BenchCommand::Onramp(a) => crate::onramp_bench::run(*a),
     }
 }
 

@@ -9,6 +9,7 @@ mod client;
 mod cluster_bench;
 mod coexist_bench;
 mod echo_bench;
+mod onramp_bench;
 mod opts;
 mod rate_bench;
 mod server;

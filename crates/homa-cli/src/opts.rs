@@ -142,6 +142,12 @@ pub fn set_engine_param(c: &mut homa::EngineConfig, kv: &str) -> anyhow::Result<
                 f => homa::CongestionSignal::Smoothed { factor: f as u32 },
             }
         }
+        // On-Ramp (docs/onramp.md §4).
+        "onramp" => c.onramp = n != 0,
+        "onramp_threshold_us" => c.onramp_threshold_ns = Some(n * 1000),
+        "onramp_max_hold_us" => c.onramp_max_hold_ns = Some(n * 1000),
+        "onramp_open_permille" => c.onramp_open_permille = n as u32,
+        "onramp_fresh_reports" => c.onramp_fresh_reports = n != 0,
         other => anyhow::bail!("unknown engine parameter {other:?}"),
     }
     Ok(())
@@ -199,6 +205,19 @@ mod tests {
         assert_eq!(c.rtt_high_factor, 4);
         set_engine_param(&mut c, "smoothed_signal=0").unwrap();
         assert_eq!(c.congestion_signal, homa::CongestionSignal::Latest);
+        for kv in [
+            "onramp=1",
+            "onramp_threshold_us=30",
+            "onramp_max_hold_us=200",
+            "onramp_open_permille=250",
+            "onramp_fresh_reports=1",
+        ] {
+            set_engine_param(&mut c, kv).unwrap();
+        }
+        assert!(c.onramp && c.onramp_fresh_reports);
+        assert_eq!(c.onramp_threshold_ns, Some(30_000));
+        assert_eq!(c.onramp_max_hold_ns, Some(200_000));
+        assert_eq!(c.onramp_open_permille, 250);
         assert!(set_engine_param(&mut c, "bogus=1").is_err());
         assert!(set_engine_param(&mut c, "rtt_us").is_err());
         assert!(set_engine_param(&mut c, "rtt_us=-1").is_err());

@@ -66,6 +66,12 @@ pub struct ClusterConfig {
     /// Last word on the Homa engine's parameters (e.g. the CLI's `--set`),
     /// applied after the engine derived them.
     pub adjust_engine: Option<EngineHook>,
+    /// Priority levels the engine uses and derives its plan for (`None`:
+    /// the engine's default, 8, whatever the testbed's classes are).
+    pub engine_levels: Option<u8>,
+    /// A message longer than the workload's that the engine must accept
+    /// (the On-Ramp experiment's incast messages; `None`: the workload's).
+    pub max_message: Option<u32>,
 }
 
 /// A change to the engine configuration.
@@ -106,6 +112,8 @@ impl ClusterConfig {
             progress: true,
             homa_gso: false,
             adjust_engine: None,
+            engine_levels: None,
+            max_message: None,
         }
     }
 
@@ -174,7 +182,12 @@ pub fn homa_config(cfg: &ClusterConfig, rtt_ns: u64) -> (homa::EndpointConfig, P
         // full frame keeps the emulated NIC's queue from growing.
         link_bps: (cfg.rate_bps() as f64 * PAYLOAD_SHARE) as u64,
         rtt_ns: rtt_ns.max(1_000),
-        max_message_length: cfg.workload.max_len().max(c.engine.max_message_length),
+        max_message_length: cfg
+            .workload
+            .max_len()
+            .max(cfg.max_message.unwrap_or(0))
+            .max(c.engine.max_message_length),
+        priority_levels: cfg.engine_levels.unwrap_or(c.engine.priority_levels),
         message_sizes: Some(cfg.workload.message_sizes()),
         // A user-space thread on a shared machine misses packet-time
         // wake-ups by tens of µs; with one packet of NIC queue Homa then
@@ -203,10 +216,10 @@ pub fn homa_config(cfg: &ClusterConfig, rtt_ns: u64) -> (homa::EndpointConfig, P
 }
 
 /// The servers of one phase; stopped (and joined) on every path.
-struct Servers(Vec<ServerHandle>);
+pub(crate) struct Servers(pub(crate) Vec<ServerHandle>);
 
 impl Servers {
-    fn stop(&mut self) -> Result<()> {
+    pub(crate) fn stop(&mut self) -> Result<()> {
         let mut first = Ok(());
         for h in self.0.drain(..) {
             if let Err(e) = h.stop() {
@@ -635,7 +648,7 @@ pub fn completion(size: u32, rtt_ns: u64, unloaded_ns: u64) -> Completion {
     }
 }
 
-fn summarize(
+pub(crate) fn summarize(
     t: Transport,
     cfg: &ClusterConfig,
     n: usize,

@@ -14,6 +14,8 @@
 //! * [`cluster`]: the whole experiment on a testbed; [`report`] its output.
 //! * [`coexist`]: Homa's workload next to bulk TCP flows ([`bulk`]) that
 //!   share its receivers' downlinks (issue #20's coexistence experiment).
+//! * [`onramp`]: repeated incasts over background traffic through shallow
+//!   switch queues, On-Ramp on or off (issue #22's testbed experiment).
 //!
 //! Everything here needs root (namespaces, tc); [`cmd::require_root`] gives
 //! a clear error otherwise.
@@ -24,6 +26,7 @@ pub mod cmd;
 pub mod coexist;
 pub mod cpu;
 pub mod netns;
+pub mod onramp;
 pub mod progress;
 pub mod report;
 pub mod tc;

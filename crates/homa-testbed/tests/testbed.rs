@@ -557,6 +557,74 @@ fn coexist_run_reports_homa_deciles_and_tcp_goodput() {
     assert_eq!(v["classes"], "split");
 }
 
+/// A tiny On-Ramp run (issue #22): 4 senders × 20 KB into host 0 of 3
+/// over a light background, one priority class, 8-packet queues, On-Ramp
+/// on and clocks a second apart. The JSON has the simulator experiment's
+/// fields, rounds completed, and On-Ramp held destinations.
+#[test]
+fn onramp_run_reports_incast_rounds_background_deciles_and_holds() {
+    if !can_run() {
+        return;
+    }
+    remove_stale();
+    let p = prefix('o');
+    let mut cfg = homa_testbed::onramp::OnRampConfig::new(4, 20_000);
+    cfg.bench.workload = Workload::from_points(
+        "small".into(),
+        vec![(100, 8.0), (5_000, 1.5), (30_000, 0.5)],
+    )
+    .unwrap();
+    cfg.bench.load = 0.3;
+    cfg.bench.testbed.prefix = p.clone();
+    cfg.bench.testbed.hosts = 3;
+    cfg.bench.testbed.queue_packets = 8;
+    cfg.bench.seconds = 2.0;
+    cfg.bench.warmup = 0.3;
+    cfg.bench.progress = false;
+    cfg.priorities = 1;
+    cfg.onramp = true;
+    cfg.clock_offset_ns = 1_000_000_000;
+    cfg.clock_drift_ppm = 50.0;
+    // A low threshold, so that this small incast's queue exceeds it.
+    cfg.bench.adjust_engine = Some(Arc::new(|e: &mut homa::EngineConfig| {
+        e.onramp_threshold_ns = Some(e.wire_time_ns(e.max_packet_size));
+    }));
+    let r = homa_testbed::onramp::run(&cfg).expect("onramp run");
+    assert_gone(&p);
+    let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+    assert_eq!(v["experiment"], "onramp");
+    assert_eq!(v["variant"], "homa");
+    assert_eq!(v["onramp"], true);
+    assert_eq!(v["priorities"], 1);
+    assert!(
+        v["incast_rct_p99_us"].as_f64().unwrap() > 0.0,
+        "{}",
+        r.text()
+    );
+    assert!(v["background_deciles"][0]["p99_slowdown"].is_number());
+    assert_eq!(v["background_deciles"].as_array().unwrap().len(), 10);
+    for k in ["drops", "holds", "held_ns", "parked", "max_hold_bound_ns"] {
+        assert!(v[k].is_u64(), "{k}");
+    }
+    assert!(v["cpu_saturated"].is_boolean() && v["background_cpu"]["machine_percent"].is_number());
+    assert!(v["load_avg"].is_array());
+    assert!(r.incast_rounds >= 3, "{}", r.text());
+    assert!(r.incast_errors.is_empty(), "{:?}", r.incast_errors);
+    assert!(
+        r.incast_rct_p50_us >= 0.9 * r.incast_rct_ideal_us,
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.background_failed, 0, "{:?}", r.background_result.errors);
+    assert!(r.background_messages > 50);
+    // On-Ramp moved: destinations were held, within the bound.
+    assert!(r.holds > 0 && r.parked > 0, "{}", r.text());
+    assert!(r.held_ns <= r.holds * r.max_hold_bound_ns);
+    // Clocks a second apart: the queueing delay still cancels the offset
+    // (held about as long as a queue lasts, not the whole time).
+    assert!(r.mean_hold_us * 1e3 <= r.max_hold_bound_ns as f64);
+}
+
 // ------------------------------------------------------------ loopback
 
 /// A client against servers on 127.0.0.1 (no testbed, no root).

@@ -89,13 +89,15 @@ impl Reactor {
     /// it is armed for. Called under the engine lock (one writer at a
     /// time); a later deadline leaves the timer alone (an early firing only
     /// costs the task one pass that finds nothing due).
-    pub(crate) fn rearm(&self, base_ns: u64, next: u64) {
+    /// `at_ns` is the CLOCK_MONOTONIC time at which the engine's clock
+    /// reads `next` ([`Shared::monotonic_at`]).
+    pub(crate) fn rearm(&self, next: u64, at_ns: u64) {
         if next < self.armed.load(Relaxed) {
             self.armed.store(next, Relaxed);
             // One shot at an absolute CLOCK_MONOTONIC time (at least 1 ns:
             // zero would disarm it). An error leaves the timer as it was,
             // which at worst delays a timer to the background thread.
-            let at = Duration::from_nanos(base_ns.saturating_add(next).max(1));
+            let at = Duration::from_nanos(at_ns.max(1));
             let _ = self.timer.set(
                 Expiration::OneShot(at.into()),
                 TimerSetTimeFlags::TFD_TIMER_ABSTIME,
@@ -218,7 +220,8 @@ impl Shared {
                 self.roles.reactor.store(true, SeqCst);
                 self.locked(|_| {
                     r.armed.store(u64::MAX, Relaxed);
-                    r.rearm(self.base_ns, self.next_deadline.load(SeqCst));
+                    let next = self.next_deadline.load(SeqCst);
+                    r.rearm(next, self.monotonic_at(next));
                 });
             }
             let Registered { sock, timer } = regs.as_ref().expect("registered");
@@ -252,7 +255,8 @@ impl Shared {
             self.drive(&mut d, now, true);
             let drained = d.rx_drained;
             if r.armed.load(Relaxed) == u64::MAX {
-                r.rearm(self.base_ns, self.next_deadline.load(Relaxed));
+                let next = self.next_deadline.load(Relaxed);
+                r.rearm(next, self.monotonic_at(next));
             }
             release(d);
             // Only a receive that found the socket empty may clear the

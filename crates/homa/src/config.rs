@@ -2,6 +2,7 @@
 //! that only exist on real sockets (polling, DSCP, offloads, buffers).
 
 use crate::socket::FaultInjector;
+use crate::sys::ClockSkew;
 use std::net::ToSocketAddrs;
 use std::time::Duration;
 
@@ -100,6 +101,10 @@ pub struct EndpointConfig {
     /// Random packet loss at the socket layer (tests of loss recovery; set
     /// with the `test-hooks` feature's `EndpointBuilder::fault`).
     pub(crate) fault: Option<FaultInjector>,
+    /// The engine's clock (the machine's, unless the `test-hooks`
+    /// feature's `EndpointBuilder::clock_skew` offsets it or makes it drift).
+    #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
+    pub(crate) clock: ClockSkew,
     /// Set `SO_REUSEPORT` on the socket before binding, so that several
     /// endpoints (each with its own engine, typically one per core) can bind
     /// the same address. The kernel then steers each datagram by a hash of
@@ -278,6 +283,17 @@ impl EndpointBuilder {
         self.cfg.fault = fault.into();
         self
     }
+    /// Gives the engine a clock of its own: the machine's offset by
+    /// `skew.offset_ns` and running `skew.drift_ppb` fast or slow, as an
+    /// unsynchronised host's would (`test-hooks` feature only; experiments
+    /// on one machine, whose endpoints otherwise share one clock). Timers
+    /// follow it too, so a drift also stretches them by as many parts per
+    /// billion. Default: the machine's clock.
+    #[cfg(feature = "test-hooks")]
+    pub fn clock_skew(mut self, skew: ClockSkew) -> EndpointBuilder {
+        self.cfg.clock = skew;
+        self
+    }
     /// The settings built so far.
     pub fn build(self) -> EndpointConfig {
         self.cfg
@@ -350,6 +366,7 @@ impl Default for EndpointConfig {
             rpc_id_seed: None,
             fail_on_unreachable: true,
             fault: None,
+            clock: ClockSkew::default(),
             reuse_port: false,
         }
     }

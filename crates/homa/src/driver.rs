@@ -858,7 +858,7 @@ impl Shared {
         #[cfg(feature = "tokio")]
         if self.roles.reactor.load(Relaxed) {
             if let Some(r) = self.reactor_state.get() {
-                r.rearm(self.base_ns, next);
+                r.rearm(next, self.monotonic_at(next));
             }
         }
         // Whoever runs timers must hear of an earlier deadline: pollers check

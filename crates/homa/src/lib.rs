@@ -75,6 +75,11 @@ pub use partial::IncomingMessage;
 #[cfg(feature = "test-hooks")]
 pub use socket::FaultInjector;
 pub use socket::SocketStats;
+/// Test hook: an engine clock offset from the machine's and drifting, set
+/// with [`EndpointBuilder::clock_skew`] (`test-hooks` feature; not part of
+/// the stable API).
+#[cfg(feature = "test-hooks")]
+pub use sys::ClockSkew;
 
 /// The one id type of RPCs in this API: [`PendingRpc::id`],
 /// [`Endpoint::send_request_shared`], [`Response::id`] and

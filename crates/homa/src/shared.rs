@@ -88,7 +88,20 @@ pub(crate) struct Counters {
 
 impl Shared {
     pub(crate) fn now_ns(&self) -> u64 {
-        monotonic_ns().saturating_sub(self.base_ns)
+        let elapsed = monotonic_ns().saturating_sub(self.base_ns);
+        // The `test-hooks` clock skew; compiled out otherwise.
+        #[cfg(feature = "test-hooks")]
+        let elapsed = self.cfg.clock.read(elapsed);
+        elapsed
+    }
+
+    /// `monotonic_ns()` at which the engine's clock reads `t` (the inverse
+    /// of [`Self::now_ns`]), for timers armed on the machine's clock.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn monotonic_at(&self, t: u64) -> u64 {
+        #[cfg(feature = "test-hooks")]
+        let t = self.cfg.clock.elapsed_at(t);
+        self.base_ns.saturating_add(t)
     }
 
     pub(crate) fn check_peer(&self, peer: &SocketAddr) -> Result<()> {

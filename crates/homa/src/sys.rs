@@ -159,6 +159,45 @@ pub(crate) fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// A host clock that is not the machine's: the engine reads `offset_ns`
+/// plus the time since its endpoint opened, running `drift_ppb` parts per
+/// billion fast (negative: slow). Test hook (`test-hooks` feature, set with
+/// `EndpointBuilder::clock_skew`): endpoints on one machine share one
+/// clock, and experiments on unsynchronised clocks (issue #22's On-Ramp
+/// testbed run) give each its own. The default is the machine's clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockSkew {
+    /// Added to every reading (ns).
+    pub offset_ns: u64,
+    /// Rate error, parts per billion (50 ppm = 50,000).
+    pub drift_ppb: i64,
+}
+
+#[cfg_attr(not(any(test, feature = "test-hooks")), allow(dead_code))]
+impl ClockSkew {
+    /// The skewed reading for `elapsed` ns of the machine's clock.
+    #[inline]
+    pub fn read(&self, elapsed: u64) -> u64 {
+        // No drift (the default, and every endpoint of a build that has
+        // the feature only because another crate of it turned it on): one
+        // compare and an add on the clock read.
+        if self.drift_ppb == 0 {
+            return elapsed.saturating_add(self.offset_ns);
+        }
+        let drift = (elapsed as i128 * self.drift_ppb as i128) / 1_000_000_000;
+        (elapsed as i128 + drift + self.offset_ns as i128).clamp(0, u64::MAX as i128) as u64
+    }
+
+    /// The machine's elapsed ns at which the skewed clock reads `t` (the
+    /// inverse of [`Self::read`], to the nanosecond; a reading before the
+    /// offset maps to 0).
+    pub fn elapsed_at(&self, t: u64) -> u64 {
+        let since = t.saturating_sub(self.offset_ns) as i128;
+        let e = since * 1_000_000_000 / (1_000_000_000 + self.drift_ppb as i128).max(1);
+        e.clamp(0, u64::MAX as i128) as u64
+    }
+}
+
 /// The MTU of the network interface that holds `ip` (for a loopback
 /// address, of the loopback interface, which holds all of `127.0.0.0/8`),
 /// or `None` for a wildcard address or one no interface holds.
@@ -222,6 +261,41 @@ pub(crate) fn interface_mtu(ip: std::net::IpAddr) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_skewed_clock_is_offset_drifts_and_inverts() {
+        let none = ClockSkew::default();
+        assert_eq!(none.read(123_456), 123_456);
+        assert_eq!(none.elapsed_at(123_456), 123_456);
+        let offset = ClockSkew {
+            offset_ns: 1_000,
+            drift_ppb: 0,
+        };
+        assert_eq!(offset.read(5), 1_005);
+        assert_eq!(offset.elapsed_at(1_005), 5);
+        let fast = ClockSkew {
+            offset_ns: 1_000_000_000,
+            drift_ppb: 50_000,
+        };
+        // 1 s of the machine's clock: 1 s + 50 µs on top of the offset.
+        assert_eq!(fast.read(1_000_000_000), 2_000_050_000);
+        assert_eq!(fast.read(0), 1_000_000_000);
+        let slow = ClockSkew {
+            offset_ns: 7,
+            drift_ppb: -50_000,
+        };
+        assert_eq!(slow.read(1_000_000_000), 999_950_007);
+        for c in [fast, slow] {
+            for e in [0u64, 1, 999, 20_000_000, 3_600_000_000_000] {
+                let back = c.elapsed_at(c.read(e));
+                assert!(back.abs_diff(e) <= 1, "{c:?} {e} -> {back}");
+            }
+        }
+        // Before the offset: the endpoint's opening.
+        assert_eq!(fast.elapsed_at(5), 0);
+        // Monotonic: a positive rate.
+        assert!(slow.read(1_000_001) > slow.read(1_000_000));
+    }
 
     #[test]
     fn sockaddr_round_trips() {

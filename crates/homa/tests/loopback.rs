@@ -4,7 +4,7 @@
 //! server application and 10,000 outstanding RPCs on one endpoint.
 
 use bytes::Bytes;
-use homa::{Endpoint, EndpointBuilder, EndpointConfig, Error, FaultInjector};
+use homa::{ClockSkew, Endpoint, EndpointBuilder, EndpointConfig, Error, FaultInjector};
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -267,6 +267,42 @@ fn injected_loss_is_recovered() {
     let m = client.metrics();
     assert!(m.resends_sent + m.retransmitted_packets + server.metrics().resends_sent > 0);
     eprintln!("60 lossy RPCs in {:?}", start.elapsed());
+    stop(server, workers);
+}
+
+/// Endpoints whose clocks are seconds apart and drift 50 ppm either way
+/// (the `clock_skew` test hook, as issue #22's testbed run uses it) talk
+/// as any others: echoes of every size, with On-Ramp on (its one-way
+/// delays then carry the offset), and timers still fire on time.
+#[test]
+fn endpoints_with_skewed_clocks_interoperate() {
+    let skewed = |offset_ns, drift_ppb| {
+        builder()
+            .clock_skew(ClockSkew {
+                offset_ns,
+                drift_ppb,
+            })
+            .engine(|e| e.with_onramp(true))
+            .build()
+    };
+    let (server, workers) = echo_server("127.0.0.1:0", skewed(3_000_000_000, -50_000), 1);
+    let addr = server.local_addr();
+    let client = Endpoint::bind_with("127.0.0.1:0", skewed(1_000_000_000, 50_000)).unwrap();
+    for i in 0..30u64 {
+        let len = [100usize, 5_000, 60_000, 300_000][i as usize % 4];
+        let m = client.call(addr, payload(len, i)).unwrap();
+        assert!(m == payload(len, i)[..], "rpc {i} corrupted");
+    }
+    // A timeout is measured on the skewed clock: 50 ms stays ~50 ms.
+    let silent = Endpoint::bind_with("127.0.0.1:0", cfg()).unwrap();
+    let t = Instant::now();
+    let r = client.call_timeout(silent.local_addr(), &b"x"[..], Duration::from_millis(50));
+    assert!(r.is_err());
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(45) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
     stop(server, workers);
 }
 

@@ -296,14 +296,15 @@ fn homa_partial_echo(
     let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let addr = server.local_addr();
     let srv = server.clone();
-    let echo = std::thread::Builder::new()
-        .name("server".into())
-        .spawn(move || -> homa::Result<()> {
-            srv.serve(|req| {
-                let (message, responder) = req.into_parts();
-                let _ = responder.reply(message.into_bytes());
-            })
-        })?;
+    let echo =
+        std::thread::Builder::new()
+            .name("server".into())
+            .spawn(move || -> homa::Result<()> {
+                srv.serve(|req| {
+                    let (message, responder) = req.into_parts();
+                    let _ = responder.reply(message.into_bytes());
+                })
+            })?;
     let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let run = HomaEchoes::new(size, 4, warmup, count);
     let msg = run.request();
@@ -328,7 +329,11 @@ fn homa_partial_echo(
                 t0.elapsed()
             }
             .as_nanos() as u64;
-            anyhow::ensure!(incoming.position() == size, "echo of {} bytes", incoming.position());
+            anyhow::ensure!(
+                incoming.position() == size,
+                "echo of {} bytes",
+                incoming.position()
+            );
             if check {
                 anyhow::ensure!(got[..] == msg[..], "echo differs from the request");
             }

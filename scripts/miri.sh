@@ -4,7 +4,8 @@
 # (homa-proto/src/pool.rs: one raw region shared by the engine and the
 # application's messages on any thread, with atomic reference counts) and
 # the send buffer (sendbuf.rs: raw memory shared between the engine and the
-# runtime). Miri needs a nightly toolchain; this installs its `miri` and
+# runtime), and partial messages (partial.rs: a message read on one thread
+# while the engine writes the rest of it on another). Miri needs a nightly toolchain; this installs its `miri` and
 # `rust-src` components with rustup if they are missing, and skips with a
 # message if that is not possible (no nightly toolchain, no network).
 #
@@ -28,4 +29,4 @@ if ! rustup component add --toolchain nightly miri rust-src >/dev/null 2>&1 \
     exit 0
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/miri-target"
-cargo +nightly miri test -p homa-proto --lib -- pool:: sendbuf::
+cargo +nightly miri test -p homa-proto --lib -- pool:: sendbuf:: partial::

@@ -221,6 +221,46 @@ mod tests {
         assert_eq!(pool.bytes_reserved(), 0);
     }
 
+    /// The engine's thread writes and publishes while another reads: what
+    /// the reader sees below the prefix is always the final bytes (under
+    /// Miri, its data-race detector checks the publication protocol).
+    #[test]
+    fn a_reader_on_another_thread_sees_only_written_bytes() {
+        let mut pool = Pool::new(4 * BPAGE_SIZE);
+        let len = 2 * BPAGE_SIZE + 300;
+        let data: Vec<u8> = (0..len).map(|i| (i % 253) as u8 + 1).collect();
+        let alloc = pool.allocate(len).unwrap();
+        let (p, progress) = PartialMessage::start(pool.share(&alloc), 3);
+        let want = data.clone();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            loop {
+                let done = p.state() == PartialState::Complete;
+                let r = p.readable();
+                for piece in p.fragments(got.len(), r) {
+                    got.extend_from_slice(piece);
+                }
+                assert_eq!(got[..], want[..got.len()]);
+                if done {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+            assert_eq!(got, want);
+        });
+        let step = BPAGE_SIZE / 4 + 7;
+        let mut at = 0;
+        while at < len {
+            let end = (at + step).min(len);
+            pool.write(&alloc, at, &data[at..end]);
+            progress.advance(end);
+            at = end;
+        }
+        progress.complete(len);
+        reader.join().unwrap();
+        drop(alloc);
+    }
+
     #[test]
     #[should_panic(expected = "not readable yet")]
     fn reading_past_the_prefix_panics() {

@@ -42,22 +42,26 @@ pub struct Record {
     /// From the first packet handed to the NIC to the last one; the sum of
     /// the five parts below.
     pub tx_spread: Time,
-    /// Of the spread: the sender had granted bytes of this message not yet
-    /// sent, and its NIC was serializing one of this message's packets.
+    /// Of the spread: the sender's NIC serializing one of this message's
+    /// packets. The rest of the spread is split by state, first match:
     pub own_tx: Time,
-    /// Of the spread: the sender had granted bytes of this message not yet
-    /// sent and was not sending them (its NIC busy with other packets, or
-    /// the engine choosing not to): a sender-side cause.
+    /// the sender had granted bytes of this message not yet sent and was
+    /// not sending them (its NIC busy with other packets, or the engine
+    /// choosing not to): a sender-side cause;
     pub sender_other: Time,
-    /// Of the spread: every granted byte sent, a newer grant on its way
-    /// from the receiver.
+    /// every granted byte sent, a newer grant on its way from the receiver;
     pub grant_transit: Time,
-    /// Of the spread: every granted byte sent, no newer grant issued, some
-    /// of its packets still in the network (queued at a switch or NIC).
+    /// every granted byte sent, no newer grant issued, some of its packets
+    /// still in the network (queued at a switch or NIC);
     pub data_in_net: Time,
-    /// Of the spread: every granted byte sent and arrived, no newer grant
-    /// issued: the receiver was granting other messages (or none).
+    /// every granted byte sent and arrived, no newer grant issued: the
+    /// receiver was granting other messages (or none).
     pub rx_held: Time,
+    /// Mean transit of its DATA packets (NIC to receiving host).
+    pub mean_data_transit: Time,
+    /// Mean transit of its GRANTs (receiver's NIC to sending host); 0 if
+    /// none.
+    pub mean_grant_transit: Time,
     /// Transit (NIC to receiving host) of the packet that completed it.
     pub last_transit: Time,
     /// The longest transit of any of its packets.
@@ -88,6 +92,11 @@ struct Open {
     acc: [Time; 5],
     /// `acc` when the latest packet left.
     at_last_tx: [Time; 5],
+    /// Sum of its DATA packets' transits.
+    data_transit: Time,
+    /// GRANTs that arrived, and the sum of their transits.
+    grants: u32,
+    grant_transit: Time,
     rec: Record,
 }
 
@@ -99,10 +108,11 @@ impl Open {
             return;
         }
         let dt = now - self.last_t;
+        let own = self.own_until.saturating_sub(self.last_t).min(dt);
+        self.acc[OWN] += own;
+        let dt = dt - own;
         if self.granted > self.sent {
-            let own = self.own_until.saturating_sub(self.last_t).min(dt);
-            self.acc[OWN] += own;
-            self.acc[OTHER] += dt - own;
+            self.acc[OTHER] += dt;
         } else if self.grant_issued > self.granted {
             self.acc[GRANT_NET] += dt;
         } else if self.in_flight > 0 {
@@ -221,6 +231,8 @@ impl Timeline {
                 if let Some(m) = self.open.get_mut(&(dst, d.common.rpc_id)) {
                     m.advance(now);
                     m.granted = m.granted.max(g.offset.min(m.len));
+                    m.grants += 1;
+                    m.grant_transit += now - sent_at;
                 }
                 return;
             }
@@ -236,6 +248,7 @@ impl Timeline {
         m.rec.packets += 1;
         m.rec.retransmitted += d.common.retransmit as u32;
         m.rec.max_transit = m.rec.max_transit.max(transit);
+        m.data_transit += transit;
         m.rec.last_transit = transit;
         if m.arrived.insert(header_offset) {
             m.got += payload.len() as u32;
@@ -254,6 +267,8 @@ impl Timeline {
                 grant_transit: a[GRANT_NET],
                 data_in_net: a[DATA_NET],
                 rx_held: a[HELD],
+                mean_data_transit: m.data_transit / m.rec.packets.max(1) as u64,
+                mean_grant_transit: m.grant_transit / m.grants.max(1) as u64,
                 ..m.rec
             });
         }
@@ -291,7 +306,7 @@ fn summarize(s: &mut String, lo: u32, hi: u32, mut v: Vec<Record>) {
     v.sort_by_key(|r| r.total);
     let _ = writeln!(
         s,
-        "  band by total       n    total  sender_wait  tx_spread (own_tx sender_other grant_transit data_in_net rx_held)  last_transit  max_transit  packets  retx"
+        "  band by total       n    total  sender_wait  tx_spread (own_tx sender_other grant_transit data_in_net rx_held)  last_transit  max_transit  data_mean_tr grant_mean_tr  packets  retx"
     );
     for (name, lo, hi) in [
         ("all", 0, n),
@@ -304,7 +319,7 @@ fn summarize(s: &mut String, lo: u32, hi: u32, mut v: Vec<Record>) {
         let mean = |f: Component| band.iter().map(f).sum::<u64>() as f64 / k;
         let _ = writeln!(
             s,
-            "  {name:<14} {:>6} {:>8.0} {:>12.0} {:>10.0} ({:>6.0} {:>12.0} {:>13.0} {:>11.0} {:>7.0}) {:>13.0} {:>12.0} {:>8.2} {:>5.2}",
+            "  {name:<14} {:>6} {:>8.0} {:>12.0} {:>10.0} ({:>6.0} {:>12.0} {:>13.0} {:>11.0} {:>7.0}) {:>13.0} {:>12.0} {:>12.0} {:>13.0} {:>8.2} {:>5.2}",
             band.len(),
             mean(|r| r.total),
             mean(|r| r.sender_wait),
@@ -316,11 +331,13 @@ fn summarize(s: &mut String, lo: u32, hi: u32, mut v: Vec<Record>) {
             mean(|r| r.rx_held),
             mean(|r| r.last_transit),
             mean(|r| r.max_transit),
+            mean(|r| r.mean_data_transit),
+            mean(|r| r.mean_grant_transit),
             mean(|r| r.packets as u64),
             mean(|r| r.retransmitted as u64),
         );
     }
-    let comps: [(&str, Component); 10] = [
+    let comps: [(&str, Component); 12] = [
         ("total", |r| r.total),
         ("sender_wait", |r| r.sender_wait),
         ("tx_spread", |r| r.tx_spread),
@@ -331,13 +348,15 @@ fn summarize(s: &mut String, lo: u32, hi: u32, mut v: Vec<Record>) {
         ("rx_held", |r| r.rx_held),
         ("last_transit", |r| r.last_transit),
         ("max_transit", |r| r.max_transit),
+        ("data_mean_tr", |r| r.mean_data_transit),
+        ("grant_mean_tr", |r| r.mean_grant_transit),
     ];
     for (name, f) in comps {
         let mut w: Vec<u64> = v.iter().map(f).collect();
         w.sort_unstable();
         let _ = writeln!(
             s,
-            "  {name:<13} p50 {:>8} p90 {:>8} p99 {:>8} max {:>8}",
+            "  {name:<14} p50 {:>8} p90 {:>8} p99 {:>8} max {:>8}",
             w[n / 2],
             w[n * 9 / 10],
             w[n * 99 / 100],

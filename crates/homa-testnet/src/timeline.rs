@@ -57,6 +57,15 @@ pub struct Record {
     /// every granted byte sent and arrived, no newer grant issued: the
     /// receiver was granting other messages (or none).
     pub rx_held: Time,
+    /// Wire time of the DATA packets of other messages its sender handed
+    /// to the NIC while this one had granted bytes to send, by kind: new
+    /// bytes of a message with fewer bytes left to send (SRPT), new bytes
+    /// of one with at least as many (the FIFO share, or a message with
+    /// bytes left that had them first), retransmissions. Their sum is most
+    /// of `sender_other`.
+    pub passed_by_shorter: Time,
+    pub passed_by_longer: Time,
+    pub passed_by_retx: Time,
     /// Mean transit of its DATA packets (NIC to receiving host).
     pub mean_data_transit: Time,
     /// Mean transit of its GRANTs (receiver's NIC to sending host); 0 if
@@ -92,6 +101,8 @@ struct Open {
     acc: [Time; 5],
     /// `acc` when the latest packet left.
     at_last_tx: [Time; 5],
+    /// See `Record::passed_by_shorter` and the next two.
+    passed: [Time; 3],
     /// Sum of its DATA packets' transits.
     data_transit: Time,
     /// GRANTs that arrived, and the sum of their transits.
@@ -129,6 +140,8 @@ impl Open {
 pub struct Timeline {
     ranges: Vec<(u32, u32)>,
     open: HashMap<(HostId, u64), Open>,
+    /// The ids of the open requests of each sending host.
+    by_host: HashMap<HostId, Vec<u64>>,
     /// A request being started (host, length, time) whose id is not known
     /// yet: its first packet may leave before `send_request` returns.
     starting: Option<(HostId, u32, Time)>,
@@ -163,10 +176,13 @@ impl Timeline {
     pub(crate) fn started(&mut self, host: HostId, id: u64) {
         if let Some((h, len, created)) = self.starting.take() {
             debug_assert_eq!(h, host);
-            self.open.entry((host, id)).or_insert(Open {
-                created,
-                len,
-                ..Open::default()
+            self.open.entry((host, id)).or_insert_with(|| {
+                self.by_host.entry(host).or_default().push(id);
+                Open {
+                    created,
+                    len,
+                    ..Open::default()
+                }
             });
         }
     }
@@ -185,6 +201,13 @@ impl Timeline {
         match d.packet {
             Packet::Data { header, payload } if d.common.from_client => {
                 let key = (host, d.common.rpc_id);
+                self.passed(
+                    host,
+                    d.common.rpc_id,
+                    header.message_length - header.offset,
+                    d.common.retransmit,
+                    wire_ns,
+                );
                 if let Some((h, len, _)) = self.starting {
                     if h == host && len == header.message_length && header.offset == 0 {
                         self.started(host, d.common.rpc_id);
@@ -212,6 +235,34 @@ impl Timeline {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Host `host` sent a DATA packet of request `id` (with `left` bytes
+    /// from its offset to its end) taking `wire_ns`: charge it to the
+    /// host's other open requests that had granted bytes to send.
+    fn passed(&mut self, host: HostId, id: u64, left: u32, retx: bool, wire_ns: Time) {
+        let Some(ids) = self.by_host.get(&host) else {
+            return;
+        };
+        for &other in ids {
+            if other == id {
+                continue;
+            }
+            let Some(m) = self.open.get_mut(&(host, other)) else {
+                continue;
+            };
+            if m.first_tx.is_none() || m.granted <= m.sent {
+                continue;
+            }
+            let kind = if retx {
+                2
+            } else if left < m.len - m.sent {
+                0
+            } else {
+                1
+            };
+            m.passed[kind] += wire_ns;
         }
     }
 
@@ -255,6 +306,9 @@ impl Timeline {
         }
         if m.got >= m.len {
             let m = self.open.remove(&key).unwrap();
+            if let Some(ids) = self.by_host.get_mut(&src) {
+                ids.retain(|&i| i != key.1);
+            }
             let first = m.first_tx.unwrap_or(m.created);
             let a = m.at_last_tx;
             self.done.push(Record {
@@ -267,6 +321,9 @@ impl Timeline {
                 grant_transit: a[GRANT_NET],
                 data_in_net: a[DATA_NET],
                 rx_held: a[HELD],
+                passed_by_shorter: m.passed[0],
+                passed_by_longer: m.passed[1],
+                passed_by_retx: m.passed[2],
                 mean_data_transit: m.data_transit / m.rec.packets.max(1) as u64,
                 mean_grant_transit: m.grant_transit / m.grants.max(1) as u64,
                 ..m.rec
@@ -335,6 +392,27 @@ fn summarize(s: &mut String, lo: u32, hi: u32, mut v: Vec<Record>) {
             mean(|r| r.mean_grant_transit),
             mean(|r| r.packets as u64),
             mean(|r| r.retransmitted as u64),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  band by total   of sender_other, others' DATA sent meanwhile: shorter  longer  retransmissions"
+    );
+    for (name, lo, hi) in [
+        ("all", 0, n),
+        ("p50-p60", n / 2, n * 6 / 10),
+        ("p98-p99", n * 98 / 100, n * 99 / 100),
+        ("p99-p100", n * 99 / 100, n),
+    ] {
+        let band = &v[lo..hi.max(lo + 1).min(n)];
+        let k = band.len() as f64;
+        let mean = |f: Component| band.iter().map(f).sum::<u64>() as f64 / k;
+        let _ = writeln!(
+            s,
+            "  {name:<14} {:>48.0} {:>7.0} {:>16.0}",
+            mean(|r| r.passed_by_shorter),
+            mean(|r| r.passed_by_longer),
+            mean(|r| r.passed_by_retx),
         );
     }
     let comps: [(&str, Component); 12] = [
@@ -473,6 +551,14 @@ mod tests {
         let (short, long) = (v[0], v[1]);
         assert_eq!((short.len, long.len), (100_000, 200_000));
         assert!(long.sender_other > 60_000, "{long:?}");
+        // What went meanwhile: the shorter message's packets.
+        assert!(long.passed_by_shorter > 60_000, "{long:?}");
+        assert_eq!(
+            (long.passed_by_longer, long.passed_by_retx),
+            (0, 0),
+            "{long:?}"
+        );
+        assert_eq!(short.passed_by_shorter, 0, "{short:?}");
         assert!(long.rx_held < 10_000, "{long:?}");
         assert!(short.sender_other < 10_000, "{short:?}");
     }

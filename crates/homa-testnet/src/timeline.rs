@@ -66,6 +66,9 @@ pub struct Record {
     pub passed_by_shorter: Time,
     pub passed_by_longer: Time,
     pub passed_by_retx: Time,
+    /// Wire time of the control packets (GRANTs, RESENDs...) its sender
+    /// sent meanwhile.
+    pub passed_by_control: Time,
     /// Mean transit of its DATA packets (NIC to receiving host).
     pub mean_data_transit: Time,
     /// Mean transit of its GRANTs (receiver's NIC to sending host); 0 if
@@ -101,8 +104,8 @@ struct Open {
     acc: [Time; 5],
     /// `acc` when the latest packet left.
     at_last_tx: [Time; 5],
-    /// See `Record::passed_by_shorter` and the next two.
-    passed: [Time; 3],
+    /// See `Record::passed_by_shorter` and the next three.
+    passed: [Time; 4],
     /// Sum of its DATA packets' transits.
     data_transit: Time,
     /// GRANTs that arrived, and the sum of their transits.
@@ -203,9 +206,9 @@ impl Timeline {
                 let key = (host, d.common.rpc_id);
                 self.passed(
                     host,
-                    d.common.rpc_id,
+                    Some(d.common.rpc_id),
                     header.message_length - header.offset,
-                    d.common.retransmit,
+                    Some(d.common.retransmit),
                     wire_ns,
                 );
                 if let Some((h, len, _)) = self.starting {
@@ -236,17 +239,28 @@ impl Timeline {
             }
             _ => {}
         }
+        if !matches!(d.packet, Packet::Data { .. }) {
+            self.passed(host, None, 0, None, wire_ns);
+        }
     }
 
     /// Host `host` sent a DATA packet of request `id` (with `left` bytes
-    /// from its offset to its end) taking `wire_ns`: charge it to the
+    /// from its offset to its end; `retx`: whether a retransmission), or a
+    /// control packet (`retx` `None`), taking `wire_ns`: charge it to the
     /// host's other open requests that had granted bytes to send.
-    fn passed(&mut self, host: HostId, id: u64, left: u32, retx: bool, wire_ns: Time) {
+    fn passed(
+        &mut self,
+        host: HostId,
+        id: Option<u64>,
+        left: u32,
+        retx: Option<bool>,
+        wire_ns: Time,
+    ) {
         let Some(ids) = self.by_host.get(&host) else {
             return;
         };
         for &other in ids {
-            if other == id {
+            if Some(other) == id {
                 continue;
             }
             let Some(m) = self.open.get_mut(&(host, other)) else {
@@ -255,7 +269,9 @@ impl Timeline {
             if m.first_tx.is_none() || m.granted <= m.sent {
                 continue;
             }
-            let kind = if retx {
+            let kind = if retx.is_none() {
+                3
+            } else if retx == Some(true) {
                 2
             } else if left < m.len - m.sent {
                 0
@@ -324,6 +340,7 @@ impl Timeline {
                 passed_by_shorter: m.passed[0],
                 passed_by_longer: m.passed[1],
                 passed_by_retx: m.passed[2],
+                passed_by_control: m.passed[3],
                 mean_data_transit: m.data_transit / m.rec.packets.max(1) as u64,
                 mean_grant_transit: m.grant_transit / m.grants.max(1) as u64,
                 ..m.rec
@@ -396,7 +413,7 @@ fn summarize(s: &mut String, lo: u32, hi: u32, mut v: Vec<Record>) {
     }
     let _ = writeln!(
         s,
-        "  band by total   of sender_other, others' DATA sent meanwhile: shorter  longer  retransmissions"
+        "  band by total   of sender_other, others' DATA sent meanwhile: shorter  longer  retransmissions  control"
     );
     for (name, lo, hi) in [
         ("all", 0, n),
@@ -409,10 +426,11 @@ fn summarize(s: &mut String, lo: u32, hi: u32, mut v: Vec<Record>) {
         let mean = |f: Component| band.iter().map(f).sum::<u64>() as f64 / k;
         let _ = writeln!(
             s,
-            "  {name:<14} {:>48.0} {:>7.0} {:>16.0}",
+            "  {name:<14} {:>48.0} {:>7.0} {:>16.0} {:>8.0}",
             mean(|r| r.passed_by_shorter),
             mean(|r| r.passed_by_longer),
             mean(|r| r.passed_by_retx),
+            mean(|r| r.passed_by_control),
         );
     }
     let comps: [(&str, Component); 12] = [

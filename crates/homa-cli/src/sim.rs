@@ -120,10 +120,12 @@ pub struct SimArgs {
     #[arg(long)]
     keep_payloads: bool,
     /// Follow every request of MIN-MAX bytes and report where its latency
-    /// went: wait at the sender, spread of its packets, network transit
-    /// (`homa_testnet::timeline`). Counts all such requests, warm-up included.
+    /// went: wait at the sender, spread of its packets (split by what held
+    /// it back), network transit (`homa_testnet::timeline`). Counts all
+    /// such requests, warm-up included. Repeat for several ranges (a
+    /// table each).
     #[arg(long, value_parser = parse_len_range)]
-    timeline: Option<(u32, u32)>,
+    timeline: Vec<(u32, u32)>,
     /// Threads for sweeps (default: one per core).
     #[arg(long, default_value = "0")]
     threads: usize,
@@ -263,7 +265,7 @@ fn specs(a: &SimArgs) -> Result<Vec<SimSpec>> {
                                     max_packet_size: a.max_packet_size,
                                     pool_bytes: a.pool_mb.map(|m| m << 20),
                                     keep_payloads: a.keep_payloads,
-                                    timeline: a.timeline,
+                                    timeline: a.timeline.clone(),
                                     ..SimSpec::new(workload.clone(), load)
                                 };
                                 spec.stop = match stop {

@@ -260,10 +260,10 @@ pub struct SimSpec {
     /// normal behaviour). Off by default: the simulator never reads them,
     /// and results are the same either way.
     pub keep_payloads: bool,
-    /// Record the timeline of every request of this many bytes
-    /// (`min..=max`; see `homa_testnet::timeline`) and put its summary in
-    /// the report.
-    pub timeline: Option<(u32, u32)>,
+    /// Record the timeline of every request whose length is in one of
+    /// these ranges (`min..=max` each; see `homa_testnet::timeline`) and
+    /// put its summary (a table per range) in the report. Empty: none.
+    pub timeline: Vec<(u32, u32)>,
     /// Every host's engine runs On-Ramp (`Config::onramp`), with these
     /// settings.
     pub onramp: bool,
@@ -297,7 +297,7 @@ impl SimSpec {
             drain_factor: 4.0,
             trace: None,
             keep_payloads: false,
-            timeline: None,
+            timeline: Vec::new(),
             onramp: false,
             onramp_settings: OnRampSettings::default(),
             incast: None,
@@ -864,8 +864,8 @@ impl<'s> Run<'s> {
         )
         .expect("engine configuration is valid");
         let mut net = net;
-        if let Some((lo, hi)) = spec.timeline {
-            net.enable_timeline(lo, hi);
+        if !spec.timeline.is_empty() {
+            net.enable_timelines(&spec.timeline);
         }
         if !spec.clocks.is_shared() {
             for (h, c) in spec.clocks.clocks(n, seed).into_iter().enumerate() {

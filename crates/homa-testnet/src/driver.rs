@@ -306,10 +306,11 @@ impl<A: App> Engines<A> {
                 Some(t) => {
                     self.stats.datagrams_out += 1;
                     buf.truncate(t.len);
+                    let dest = net.host_of(t.dest);
                     if let Some(tl) = self.timeline.as_deref_mut() {
-                        tl.transmitted(h, &buf, now);
+                        tl.transmitted(h, dest, &buf, net.host_tx_time(h, buf.len()), now);
                     }
-                    match net.host_of(t.dest) {
+                    match dest {
                         Some(d) => {
                             net.send(h, d, t.priority, buf);
                         }
@@ -426,7 +427,7 @@ impl<A: App> Hosts for Engines<A> {
         if let Some(ep) = self.hosts[h].ep.as_mut() {
             self.stats.datagrams_in += 1;
             if let Some(tl) = self.timeline.as_deref_mut() {
-                tl.delivered(pkt.src, &pkt.data, pkt.sent_at, now);
+                tl.delivered(pkt.src, h, &pkt.data, pkt.sent_at, now);
             }
             ep.handle_datagram(clock.host_time(now), host_addr(pkt.src), &pkt.data);
         }
@@ -677,7 +678,13 @@ impl<A: App> EngineNet<A> {
     /// Follows every request of `min_len..=max_len` bytes started with
     /// [`Self::send_request`] from then on (see [`Timeline`]).
     pub fn enable_timeline(&mut self, min_len: u32, max_len: u32) {
-        self.engines.timeline = Some(Box::new(Timeline::new(min_len, max_len)));
+        self.enable_timelines(&[(min_len, max_len)]);
+    }
+
+    /// Follows every request whose length is in one of `ranges`
+    /// (`min..=max` each) from then on; one summary table per range.
+    pub fn enable_timelines(&mut self, ranges: &[(u32, u32)]) {
+        self.engines.timeline = Some(Box::new(Timeline::with_ranges(ranges)));
     }
 
     /// The timelines, if enabled.

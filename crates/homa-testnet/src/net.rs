@@ -1160,6 +1160,14 @@ impl Fabric {
         self.ports[l].occupancy
     }
 
+    /// Time host `h`'s NIC takes to serialize a datagram of `len` bytes
+    /// (per-packet overhead included; 0 if it has no NIC).
+    pub fn host_tx_time(&self, h: HostId, len: usize) -> Time {
+        self.host_nic(h).map_or(0, |l| {
+            self.ports[l].tx_time(len as u64 + self.overhead_bytes as u64)
+        })
+    }
+
     /// Wire bytes in host `h`'s NIC (0 if it has none).
     pub fn nic_backlog(&self, h: HostId) -> u64 {
         self.host_nic(h).map_or(0, |l| self.port_backlog(l))

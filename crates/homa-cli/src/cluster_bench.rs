@@ -320,19 +320,7 @@ fn cluster_cmd(a: ClusterArgs) -> anyhow::Result<()> {
     cfg.poll_us = a.poll_us;
     cfg.rtt_us = a.rtt_us;
     cfg.keep_testbed = a.keep_testbed;
-    if !a.set.is_empty() {
-        // Check them now rather than mid-run.
-        let mut probe = homa::EngineConfig::default();
-        for kv in &a.set {
-            crate::opts::set_engine_param(&mut probe, kv)?;
-        }
-        let set = a.set.clone();
-        cfg.adjust_engine = Some(Arc::new(move |c: &mut homa::EngineConfig| {
-            for kv in &set {
-                let _ = crate::opts::set_engine_param(c, kv);
-            }
-        }));
-    }
+    cfg.adjust_engine = crate::opts::engine_hook(&a.set)?;
     cfg.progress = !a.quiet;
     let report = cluster::run(&cfg)?;
     if let Some(dir) = &a.report {

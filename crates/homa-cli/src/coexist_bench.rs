@@ -6,7 +6,6 @@
 
 use clap::{Args, ValueEnum};
 use homa_testbed::coexist::{self, Classes, CoexistConfig};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The engine's window policy (`homa::WindowPolicy`).
@@ -123,18 +122,7 @@ impl CoexistArgs {
         b.rtt_us = self.rtt_us;
         b.keep_testbed = self.keep_testbed;
         b.progress = !self.quiet;
-        if !self.set.is_empty() {
-            let mut probe = homa::EngineConfig::default();
-            for kv in &self.set {
-                crate::opts::set_engine_param(&mut probe, kv)?;
-            }
-            let set = self.set.clone();
-            b.adjust_engine = Some(Arc::new(move |e: &mut homa::EngineConfig| {
-                for kv in &set {
-                    let _ = crate::opts::set_engine_param(e, kv);
-                }
-            }));
-        }
+        b.adjust_engine = crate::opts::engine_hook(&self.set)?;
         c.validate()?;
         Ok(c)
     }

@@ -95,6 +95,27 @@ impl HomaOpts {
     }
 }
 
+/// The `--set KEY=VALUE` overrides of a testbed experiment as the hook its
+/// endpoints' engine configurations go through: checked now rather than
+/// mid-run, applied to every endpoint later. `None` without overrides.
+pub fn engine_hook(set: &[String]) -> anyhow::Result<Option<homa_testbed::cluster::EngineHook>> {
+    if set.is_empty() {
+        return Ok(None);
+    }
+    let mut probe = homa::EngineConfig::default();
+    for kv in set {
+        set_engine_param(&mut probe, kv)?;
+    }
+    let set = set.to_vec();
+    Ok(Some(std::sync::Arc::new(
+        move |e: &mut homa::EngineConfig| {
+            for kv in &set {
+                let _ = set_engine_param(e, kv);
+            }
+        },
+    )))
+}
+
 /// Applies one `KEY=VALUE` override to the engine configuration.
 pub fn set_engine_param(c: &mut homa::EngineConfig, kv: &str) -> anyhow::Result<()> {
     let (k, v) = kv

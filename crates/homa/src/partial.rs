@@ -10,7 +10,7 @@
 //! usual busy-poll) until the engine reports more. The whole-message path
 //! (`call`, `recv_response`) is untouched by it.
 
-use crate::driver::Target;
+use crate::driver::{PartialStart, Target};
 use crate::endpoint::{Endpoint, Responder};
 use crate::error::{Error, Result};
 use crate::message::Message;
@@ -52,13 +52,7 @@ impl Endpoint {
             shared.wait_slot(&slot, None)
         };
         match first {
-            Some(Ok((message, notify))) => Ok(IncomingMessage::new(
-                shared,
-                message,
-                notify,
-                Owner::Client(id),
-            )),
-            Some(Err(e)) => Err(e),
+            Some(r) => started(shared, id, r),
             None => {
                 if !slot.is_done() {
                     shared.cancel(id);
@@ -109,6 +103,17 @@ enum Owner {
     Client(RpcId),
     /// The request of this server RPC: its [`Responder`] decides.
     Server(#[allow(dead_code)] ServerRpc),
+}
+
+/// The reader of client RPC `id`'s response, from what its slot got.
+fn started(shared: &Arc<Shared>, id: RpcId, first: PartialStart) -> Result<IncomingMessage> {
+    let (message, notify) = first?;
+    Ok(IncomingMessage::new(
+        shared,
+        message,
+        notify,
+        Owner::Client(id),
+    ))
 }
 
 /// A message being received, readable in order as it arrives: each call
@@ -371,13 +376,7 @@ mod tokio_api {
             .await?;
             guard.armed = false;
             match slot.take() {
-                Some(Ok((message, notify))) => Ok(IncomingMessage::new(
-                    shared,
-                    message,
-                    notify,
-                    Owner::Client(id),
-                )),
-                Some(Err(e)) => Err(e),
+                Some(r) => started(shared, id, r),
                 None => Err(Error::Shutdown),
             }
         }

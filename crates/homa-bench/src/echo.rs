@@ -293,18 +293,8 @@ fn homa_partial_echo(
     warmup: u64,
     first_chunk: bool,
 ) -> anyhow::Result<Histogram<u64>> {
-    let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
+    let (server, echo) = EchoServer::start(cfg, true)?;
     let addr = server.local_addr();
-    let srv = server.clone();
-    let echo =
-        std::thread::Builder::new()
-            .name("server".into())
-            .spawn(move || -> homa::Result<()> {
-                srv.serve(|req| {
-                    let (message, responder) = req.into_parts();
-                    let _ = responder.reply(message.into_bytes());
-                })
-            })?;
     let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let run = HomaEchoes::new(size, 4, warmup, count);
     let msg = run.request();
@@ -343,9 +333,7 @@ fn homa_partial_echo(
         }
         Ok(())
     })();
-    server.shutdown();
-    echo.join()
-        .map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+    EchoServer::stop(&server, echo)?;
     result.map(|_| h)
 }
 
@@ -410,36 +398,9 @@ pub fn homa_echo(
     timetrace: bool,
     inline: bool,
 ) -> anyhow::Result<Histogram<u64>> {
-    let cfg = cfg.clone();
-    let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
+    let (server, echo) = EchoServer::start(cfg, inline)?;
     let addr = server.local_addr();
-    let srv = server.clone();
-    let echo =
-        std::thread::Builder::new()
-            .name("server".into())
-            .spawn(move || -> homa::Result<()> {
-                if inline {
-                    // Echoed from the pool without a copy, as the UDP
-                    // baseline echoes from its receive buffer.
-                    return srv.serve(|req| {
-                        let (message, responder) = req.into_parts();
-                        let _ = responder.reply(message.into_bytes());
-                    });
-                }
-                loop {
-                    match srv.recv_request() {
-                        Ok(req) => {
-                            // Echoed from the pool without a copy, as the
-                            // UDP baseline echoes from its receive buffer.
-                            let (message, responder) = req.into_parts();
-                            responder.reply(message.into_bytes())?;
-                        }
-                        Err(homa::Error::Shutdown) => return Ok(()),
-                        Err(e) => return Err(e),
-                    }
-                }
-            })?;
-    let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg)?;
+    let client = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let run = HomaEchoes::new(size, 4, warmup, count);
     let msg = run.request();
     let mut h = new_histogram();
@@ -455,10 +416,57 @@ pub fn homa_echo(
         Ok(())
     })();
     homa::timetrace::enable(false);
-    server.shutdown();
-    echo.join()
-        .map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+    EchoServer::stop(&server, echo)?;
     result.map(|_| h)
+}
+
+/// The Homa echo server of `homa` and `homa-partial`, on its own thread.
+struct EchoServer;
+
+impl EchoServer {
+    /// Binds it on loopback and starts answering: inside its receive pass
+    /// (`serve`, with `inline`) or through `recv_request` and `reply`.
+    fn start(
+        cfg: &homa::EndpointConfig,
+        inline: bool,
+    ) -> anyhow::Result<(homa::Endpoint, std::thread::JoinHandle<homa::Result<()>>)> {
+        let server = homa::Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
+        let srv = server.clone();
+        let echo = std::thread::Builder::new().name("server".into()).spawn(
+            move || -> homa::Result<()> {
+                if inline {
+                    // Echoed from the pool without a copy, as the UDP
+                    // baseline echoes from its receive buffer.
+                    return srv.serve(|req| {
+                        let (message, responder) = req.into_parts();
+                        let _ = responder.reply(message.into_bytes());
+                    });
+                }
+                loop {
+                    match srv.recv_request() {
+                        Ok(req) => {
+                            let (message, responder) = req.into_parts();
+                            responder.reply(message.into_bytes())?;
+                        }
+                        Err(homa::Error::Shutdown) => return Ok(()),
+                        Err(e) => return Err(e),
+                    }
+                }
+            },
+        )?;
+        Ok((server, echo))
+    }
+
+    /// Shuts the server down and waits for its thread.
+    fn stop(
+        server: &homa::Endpoint,
+        echo: std::thread::JoinHandle<homa::Result<()>>,
+    ) -> anyhow::Result<()> {
+        server.shutdown();
+        echo.join()
+            .map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

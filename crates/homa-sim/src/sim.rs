@@ -864,6 +864,9 @@ impl<'s> Run<'s> {
         )
         .expect("engine configuration is valid");
         let mut net = net;
+        // Receivers that discard payloads and see no checksums read no
+        // payload byte: the network need not copy them (same results).
+        net.set_payload_bytes_unread(config.discard_payload && !config.checksum);
         if !spec.timeline.is_empty() {
             net.enable_timelines(&spec.timeline);
         }

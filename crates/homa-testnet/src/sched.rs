@@ -319,7 +319,9 @@ impl EventQueue {
     }
 
     /// The earliest event, if there is one at or before `limit`.
-    #[inline]
+    /// Inlined into the event loop (`Fabric::step_until`), its one caller
+    /// per event.
+    #[inline(always)]
     pub(crate) fn pop_until(&mut self, limit: Time) -> Option<(Time, Ev)> {
         if self.in_wheel == 0 {
             if self.far.peek()?.time > limit {

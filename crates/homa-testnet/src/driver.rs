@@ -230,11 +230,19 @@ struct Engines<A> {
     timeline: Option<Box<Timeline>>,
     /// No receiver reads payload bytes ([`EngineNet::set_payload_bytes_unread`]).
     payload_unread: bool,
-    /// With `payload_unread`: delivered datagrams of `full_len` bytes (the
-    /// longest seen, more than `SMALL_DATAGRAM`: full DATA packets), kept at
-    /// that length for a later datagram of the same length to take over with
-    /// only its headers written.
-    sized_bufs: Vec<Vec<u8>>,
+    /// Its buffers.
+    unread: Unread,
+}
+
+/// Buffers for payloads nobody reads: DATA headers are written into `hdr`
+/// and copied to the front of a kept buffer: one of the delivered datagrams
+/// of `full_len` bytes (the longest seen, more than `SMALL_DATAGRAM`: full
+/// DATA packets), kept at that length for a later datagram of the same
+/// length to take over with only its headers written.
+#[derive(Default)]
+struct Unread {
+    hdr: Vec<u8>,
+    sized: Vec<Vec<u8>>,
     full_len: usize,
 }
 
@@ -314,15 +322,20 @@ impl<A: App> Engines<A> {
         let mut burst = if drained { 0 } else { MAX_BURST };
         while burst > 0 {
             burst -= 1;
-            let mut buf = net.take_buf();
             let sent = if self.payload_unread {
-                let full = self.full_len;
-                Self::poll_unread(ep, &mut self.sized_bufs, full, net, host_now, &mut buf)
+                Self::poll_unread(ep, &mut self.unread, net, host_now)
             } else {
-                ep.poll_transmit(host_now, &mut buf)
+                let mut buf = net.take_buf();
+                match ep.poll_transmit(host_now, &mut buf) {
+                    Some(t) => Some((t, buf)),
+                    None => {
+                        net.recycle(buf);
+                        None
+                    }
+                }
             };
             match sent {
-                Some(t) => {
+                Some((t, mut buf)) => {
                     self.stats.datagrams_out += 1;
                     buf.truncate(t.len);
                     let dest = net.host_of(t.dest);
@@ -341,7 +354,6 @@ impl<A: App> Engines<A> {
                     }
                 }
                 None => {
-                    net.recycle(buf);
                     drained = true;
                     break;
                 }
@@ -361,39 +373,32 @@ impl<A: App> Engines<A> {
     /// `poll_transmit` for receivers that read no payload bytes: a DATA
     /// packet's payload is not copied when a kept buffer of the datagram's
     /// length can take its headers (its payload bytes are then whatever that
-    /// buffer held). `buf` comes in empty and leaves with the datagram.
+    /// buffer held). Returns the datagram.
     #[inline]
     fn poll_unread(
         ep: &mut Endpoint,
-        sized: &mut Vec<Vec<u8>>,
-        full_len: usize,
+        u: &mut Unread,
         net: &mut Fabric,
         now: Time,
-        buf: &mut Vec<u8>,
-    ) -> Option<homa_proto::Transmit> {
-        let (t, payload) = ep.poll_transmit_split(now, buf)?;
-        let headers = buf.len();
-        if headers < t.len {
-            match sized.pop().filter(|_| t.len == full_len) {
+    ) -> Option<(homa_proto::Transmit, Vec<u8>)> {
+        let (t, payload) = ep.poll_transmit_split(now, &mut u.hdr)?;
+        let headers = u.hdr.len();
+        if headers < t.len && t.len == u.full_len {
+            match u.sized.pop() {
                 Some(mut kept) if kept.len() == t.len => {
-                    kept[..headers].copy_from_slice(buf);
-                    net.recycle(std::mem::replace(buf, kept));
+                    kept[..headers].copy_from_slice(&u.hdr);
+                    return Some((t, kept));
                 }
-                other => {
-                    // (A kept buffer of a shorter, earlier `full_len` goes.)
-                    if let Some(kept) = other {
-                        if kept.len() == full_len {
-                            sized.push(kept);
-                        } else {
-                            net.recycle(kept);
-                        }
-                    }
-                    buf.extend_from_slice(&payload);
-                    buf.resize(t.len, 0);
-                }
+                // Kept when `full_len` was shorter.
+                Some(old) => net.recycle(old),
+                None => {}
             }
         }
-        Some(t)
+        let mut buf = net.take_buf();
+        buf.extend_from_slice(&u.hdr);
+        buf.extend_from_slice(&payload);
+        buf.resize(t.len, 0);
+        Some((t, buf))
     }
 
     /// Makes sure an engine timer event is pending no later than `deadline`
@@ -489,13 +494,14 @@ impl<A: App> Hosts for Engines<A> {
             ep.handle_datagram(clock.host_time(now), host_addr(pkt.src), &pkt.data);
         }
         let len = pkt.data.len();
+        let u = &mut self.unread;
         if self.payload_unread
             && len > SMALL_DATAGRAM
-            && len >= self.full_len
-            && self.sized_bufs.len() < MAX_SIZED_BUFS
+            && len >= u.full_len
+            && u.sized.len() < MAX_SIZED_BUFS
         {
-            self.full_len = len;
-            self.sized_bufs.push(pkt.data);
+            u.full_len = len;
+            u.sized.push(pkt.data);
         } else {
             net.recycle(pkt.data);
         }
@@ -615,8 +621,7 @@ impl<A: App> EngineNet<A> {
                 skip_idle_polls: true,
                 timeline: None,
                 payload_unread: false,
-                sized_bufs: Vec::new(),
-                full_len: 0,
+                unread: Unread::default(),
             },
         })
     }
@@ -755,7 +760,7 @@ impl<A: App> EngineNet<A> {
     pub fn set_payload_bytes_unread(&mut self, unread: bool) {
         self.engines.payload_unread = unread;
         if !unread {
-            self.engines.sized_bufs = Vec::new();
+            self.engines.unread = Unread::default();
         }
     }
 
@@ -942,7 +947,8 @@ mod tests {
         net.run_for(200_000_000);
         if unread {
             // Full packets did take delivered buffers over.
-            assert!(net.engines.full_len > 1_000, "{}", net.engines.full_len);
+            let full = net.engines.unread.full_len;
+            assert!(full > 1_000, "{full}");
         }
         let links = (0..net.fabric().n_links())
             .map(|l| net.fabric().link_stats(l))

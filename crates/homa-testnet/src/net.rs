@@ -299,6 +299,8 @@ impl Slot {
 
 /// Most recycled buffers kept; beyond this they are freed.
 const MAX_FREE_BUFS: usize = 4096;
+/// Capacity of a new packet buffer.
+const NEW_BUF_BYTES: usize = 1_536;
 
 /// The network: topology, queues, in-flight packets, the event queue and all
 /// statistics. Build it with [`Fabric::new`] and the `add_*`/`link`/`connect`
@@ -754,7 +756,10 @@ impl Fabric {
     /// An empty buffer, recycled if possible.
     #[inline]
     pub fn take_buf(&mut self) -> Vec<u8> {
-        self.bufs.pop().unwrap_or_default()
+        // A new one holds a full Ethernet-sized datagram without growing.
+        self.bufs
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(NEW_BUF_BYTES))
     }
 
     /// Returns a buffer for reuse.

@@ -234,8 +234,9 @@ struct Engines<A> {
     unread: Unread,
 }
 
-/// Buffers for payloads nobody reads: DATA headers are written into `hdr`
-/// and copied to the front of a kept buffer: one of the delivered datagrams
+/// Buffers for payloads nobody reads: a datagram's headers are written into
+/// `hdr`, which becomes the datagram unless they are copied to the front of a
+/// kept buffer: one of the delivered datagrams
 /// of `full_len` bytes (the longest seen, more than `SMALL_DATAGRAM`: full
 /// DATA packets), kept at that length for a later datagram of the same
 /// length to take over with only its headers written.
@@ -394,8 +395,9 @@ impl<A: App> Engines<A> {
                 None => {}
             }
         }
-        let mut buf = net.take_buf();
-        buf.extend_from_slice(&u.hdr);
+        // The headers' buffer becomes the datagram (a control packet or a
+        // short message's is whole already); a fresh one takes its place.
+        let mut buf = std::mem::replace(&mut u.hdr, net.take_buf());
         buf.extend_from_slice(&payload);
         buf.resize(t.len, 0);
         Some((t, buf))

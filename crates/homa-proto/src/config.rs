@@ -116,6 +116,18 @@ pub struct Config {
     /// ([`crate::PartialMessage`]). `u32::MAX` (the default): every request
     /// is delivered whole.
     pub partial_delivery_bytes: u32,
+    /// A stream's receive window: the reader lets the writer send this
+    /// many bytes beyond what it has read (credit), so a stream holds at
+    /// most this much at the reader, and at the writer this much plus the
+    /// message being written (`docs/streams.md` §2.3).
+    pub stream_window_bytes: u32,
+    /// Most streams open at once (opened here or by peers; closed streams
+    /// linger a tombstone time and count).
+    pub max_streams: usize,
+    /// The least share (per mille) of the sender's packets that streams
+    /// with bytes to send get while shorter messages are sendable: a
+    /// stream that waited behind messages for that many bytes goes next.
+    pub stream_share_permille: u32,
     /// Most concurrent server RPCs from one peer.
     pub max_server_rpcs_per_peer: usize,
     /// Most concurrent server RPCs of this endpoint, from all peers.
@@ -370,6 +382,9 @@ impl Default for Config {
             peer_idle_ns: 10_000_000_000,
             max_message_length: 1_000_000,
             partial_delivery_bytes: u32::MAX,
+            stream_window_bytes: 1 << 20,
+            max_streams: 65_536,
+            stream_share_permille: 100,
             max_server_rpcs_per_peer: 10_000,
             max_server_rpcs: 100_000,
             max_client_rpcs: 100_000,
@@ -770,6 +785,15 @@ impl Config {
         let used = &self.unsched_cutoffs[..self.unsched_priorities as usize];
         if used.windows(2).any(|w| w[0] > w[1]) {
             return bad("unsched_cutoffs must be ascending".into());
+        }
+        if self.stream_window_bytes == 0 {
+            return bad("stream_window_bytes must be at least 1".into());
+        }
+        if self.stream_share_permille == 0 || self.stream_share_permille > 1000 {
+            return bad(format!(
+                "stream_share_permille {} must be 1..=1000",
+                self.stream_share_permille
+            ));
         }
         if self.unsched_bytes == Some(0) {
             return bad(

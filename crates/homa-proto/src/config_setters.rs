@@ -130,6 +130,12 @@ setters! {
     /// Deliver requests of at least this many bytes incrementally
     /// (`u32::MAX`: never).
     plain with_partial_delivery_bytes(partial_delivery_bytes: u32) = u32::MAX;
+    /// A stream's receive window (credit beyond what the reader has read).
+    plain with_stream_window_bytes(stream_window_bytes: u32) = 1 << 20;
+    /// Most streams open at once.
+    plain with_max_streams(max_streams: usize) = 65_536;
+    /// The least share (per mille) of packets for streams behind shorter messages.
+    plain with_stream_share_permille(stream_share_permille: u32) = 100;
     /// Receive pool size in bytes.
     plain with_pool_bytes(pool_bytes: usize) = 64 << 20;
     /// Compute a CRC-32C for every packet sent (received checksums are

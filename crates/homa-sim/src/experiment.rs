@@ -526,7 +526,10 @@ impl App for ExpApp {
             // Never asked for: every message is delivered whole here.
             Event::PartialRequest { .. }
             | Event::PartialResponse { .. }
-            | Event::PartialProgress { .. } => {}
+            | Event::PartialProgress { .. }
+            | Event::StreamOpened { .. }
+            | Event::StreamReadable { .. }
+            | Event::StreamWritable { .. } => {}
         }
     }
 }

@@ -44,6 +44,7 @@ pub(crate) enum ControlBody {
     /// `dest`, `rpc_id` and `from_client`), resolved when sent.
     StreamCreditFor {
         probe: bool,
+        ask: bool,
     },
     StreamCredit(wire::StreamCredit),
     StreamReset(wire::ResetReason),

@@ -882,9 +882,11 @@ impl Endpoint {
                 }
                 None => self.metrics.drop(DropReason::UnknownRpc),
             },
-            Packet::StreamData { header, payload } => {
-                self.handle_stream_data(now, from, &c, &header, payload)
-            }
+            Packet::StreamData {
+                header,
+                ends,
+                payload,
+            } => self.handle_stream_data(now, from, &c, &header, ends, payload),
             Packet::StreamCredit(k) => self.handle_stream_credit(now, from, &c, &k),
             Packet::StreamReset(r) => self.handle_stream_reset(from, &c, r),
             Packet::NeedAck => self.handle_need_ack(now, from, pk, &c),

@@ -160,8 +160,8 @@ impl Endpoint {
                 }
                 self.metrics.grants_sent += 1;
             }
-            if let ControlBody::StreamCreditFor { probe } = c.body {
-                match self.resolve_stream_credit(now, &c, probe) {
+            if let ControlBody::StreamCreditFor { probe, ask } = c.body {
+                match self.resolve_stream_credit(now, &c, probe, ask) {
                     Some(body) => c.body = body,
                     None => continue,
                 }

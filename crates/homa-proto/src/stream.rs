@@ -124,7 +124,26 @@ struct Tx {
     last_progress: Time,
     /// The application was told `Full` and waits for `StreamWritable`.
     blocked: bool,
+    /// When bytes were last queued to go again (at most once per half
+    /// resend interval: the answers to one loss must not each start a
+    /// retransmission of their own).
+    last_rewind: Option<Time>,
+    /// Ends of the first transmissions not yet acknowledged, oldest first:
+    /// at most [`MAX_PACKETS_IN_FLIGHT`].
+    in_flight: VecDeque<u64>,
 }
+
+/// Most unacknowledged packets a stream's writer has out (new data). Short
+/// messages written one by one would otherwise go one per packet, a
+/// window's worth of them (10,000 packets of 100 bytes for 1 MB), far more
+/// than a socket's receive buffer holds (each small datagram costs the
+/// kernel about a kilobyte): with the cap, messages written meanwhile wait
+/// and leave together, many per packet.
+pub(crate) const MAX_PACKETS_IN_FLIGHT: usize = 128;
+
+/// A reader acknowledges what arrived at least every this many packets,
+/// so that a writer held by [`MAX_PACKETS_IN_FLIGHT`] goes on.
+const ACK_EVERY_PACKETS: u32 = (MAX_PACKETS_IN_FLIGHT / 4) as u32;
 
 impl Tx {
     /// Whether the peer owes us an acknowledgement.
@@ -141,7 +160,9 @@ impl Tx {
     /// Whether a packet could go now.
     fn sendable(&self) -> bool {
         self.retx.is_some()
-            || (self.next < self.end && self.next < self.credit)
+            || (self.next < self.end
+                && self.next < self.credit
+                && self.in_flight.len() < MAX_PACKETS_IN_FLIGHT)
             || (self.fin_queued && !self.fin_sent && self.next == self.end)
     }
 
@@ -153,12 +174,52 @@ impl Tx {
         }
     }
 
-    /// The message holding byte `offset` (which is in `[acked, end)`).
-    fn msg_at(&self, offset: u64) -> &TxMsg {
-        let i = self
-            .queue
-            .partition_point(|m| m.start + m.bytes.len() as u64 <= offset);
-        &self.queue[i]
+    /// The index of the message holding byte `offset` (in `[acked, end)`).
+    fn msg_at(&self, offset: u64) -> usize {
+        self.queue
+            .partition_point(|m| m.start + m.bytes.len() as u64 <= offset)
+    }
+
+    /// The packet that starts at `offset` and ends by `limit`: as many
+    /// messages (or parts) as fit `room` payload bytes with 4 more for each
+    /// message end it lists. Returns the pieces and the ends (positions in
+    /// the payload).
+    fn packet_at(&self, offset: u64, limit: u64, room: usize) -> (Vec<Bytes>, Vec<u32>) {
+        let mut pieces = Vec::new();
+        let mut ends = Vec::new();
+        let mut len = 0usize;
+        let mut at = offset;
+        let mut i = self.msg_at(offset);
+        while at < limit && i < self.queue.len() && ends.len() < wire::MAX_STREAM_ENDS {
+            let m = &self.queue[i];
+            let m_end = m.start + m.bytes.len() as u64;
+            let space = room.saturating_sub(len + 4 * ends.len());
+            let avail = (m_end.min(limit) - at) as usize;
+            let whole = at + avail as u64 == m_end;
+            let take = if whole && avail + 4 <= space {
+                avail
+            } else if whole {
+                // Its end would not fit: leave its last byte to the next
+                // packet, which lists the end.
+                (avail - 1).min(space)
+            } else {
+                avail.min(space)
+            };
+            if take == 0 {
+                break;
+            }
+            let a = (at - m.start) as usize;
+            pieces.push(m.bytes.slice(a..a + take));
+            len += take;
+            at += take as u64;
+            if at == m_end {
+                ends.push(len as u32);
+                i += 1;
+            } else {
+                break;
+            }
+        }
+        (pieces, ends)
     }
 
     /// Frees what the peer says arrived; true if `acked` moved.
@@ -168,6 +229,9 @@ impl Tx {
             return false;
         }
         self.acked = received;
+        while self.in_flight.front().is_some_and(|&e| e <= received) {
+            self.in_flight.pop_front();
+        }
         while let Some(m) = self.queue.front() {
             if m.start + m.bytes.len() as u64 <= received {
                 self.queue.pop_front();
@@ -191,8 +255,9 @@ struct Rx {
     ends: VecDeque<u64>,
     consumed: u64,
     received: u64,
-    /// Bytes beyond a gap, by offset, with their end-of-message mark.
-    ooo: BTreeMap<u64, (Bytes, bool)>,
+    /// Bytes beyond a gap, by offset, with the message ends among them
+    /// (stream offsets).
+    ooo: BTreeMap<u64, (Bytes, Vec<u64>)>,
     ooo_bytes: usize,
     /// Where the peer's FIN is, once known.
     fin_at: Option<u64>,
@@ -202,6 +267,8 @@ struct Rx {
     credit_queued: bool,
     /// When `received` last moved.
     last_progress: Time,
+    /// Packets taken in since the writer was last told what arrived.
+    unacked_packets: u32,
     /// The application was told `Pending` and waits for `StreamReadable`.
     waiting: bool,
 }
@@ -216,9 +283,10 @@ impl Rx {
         self.consumed < self.received || self.finished()
     }
 
-    /// Takes in bytes `[offset, offset + payload.len())`, of which those
-    /// at or beyond `limit` are refused. Returns whether `received` moved.
-    fn land(&mut self, offset: u64, payload: &[u8], eom: bool, limit: u64) -> Landed {
+    /// Takes in bytes `[offset, offset + payload.len())` with the message
+    /// ends `ends` (stream offsets, ascending); refused if they reach
+    /// beyond `limit`.
+    fn land(&mut self, offset: u64, payload: &[u8], ends: &[u64], limit: u64) -> Landed {
         let end = offset + payload.len() as u64;
         if end <= self.received {
             return Landed::Duplicate;
@@ -234,35 +302,38 @@ impl Rx {
             }
             let old = self
                 .ooo
-                .insert(offset, (Bytes::copy_from_slice(payload), eom));
+                .insert(offset, (Bytes::copy_from_slice(payload), ends.to_vec()));
             self.ooo_bytes += payload.len();
             if let Some((b, _)) = old {
                 self.ooo_bytes -= b.len();
             }
             return Landed::Gap;
         }
-        self.append(offset, payload, eom);
+        self.append(offset, payload, ends);
         while let Some((&s, _)) = self.ooo.first_key_value() {
             if s > self.received {
                 break;
             }
-            let (b, eom) = self.ooo.remove(&s).expect("first key");
+            let (b, ends) = self.ooo.remove(&s).expect("first key");
             self.ooo_bytes -= b.len();
             if s + b.len() as u64 > self.received {
-                self.append(s, &b, eom);
+                self.append(s, &b, &ends);
             }
         }
         Landed::InOrder
     }
 
     /// Appends the part of `[offset, ...)` beyond `received` (`offset` is
-    /// at or below it).
-    fn append(&mut self, offset: u64, payload: &[u8], eom: bool) {
-        let skip = (self.received - offset) as usize;
+    /// at or below it) and the message ends beyond it.
+    fn append(&mut self, offset: u64, payload: &[u8], ends: &[u64]) {
+        let before = self.received;
+        let skip = (before - offset) as usize;
         self.ready.extend_from_slice(&payload[skip..]);
         self.received = offset + payload.len() as u64;
-        if eom && self.ends.back().is_none_or(|&e| e < self.received) {
-            self.ends.push_back(self.received);
+        for &e in ends {
+            if e > before && self.ends.back().is_none_or(|&b| b < e) {
+                self.ends.push_back(e);
+            }
         }
     }
 
@@ -409,16 +480,19 @@ impl Streams {
     }
 }
 
-/// How a STREAM_CREDIT for `sid` reads now, if the stream is still there.
-fn credit_body(s: &Stream, window: u64, probe: bool) -> wire::StreamCredit {
+/// How a STREAM_CREDIT for the stream reads now; `ask`: it asks for the
+/// bytes missing before the first range beyond a gap (only the timer
+/// asks, once per resend interval: an answer to a duplicate that asked
+/// would draw the same bytes again, and so on).
+fn credit_body(s: &Stream, window: u64, probe: bool, ask: bool) -> wire::StreamCredit {
     let r = &s.rx;
     wire::StreamCredit {
         credit: r.consumed + window,
         received: r.received,
-        resend_end: r
-            .ooo
-            .first_key_value()
-            .map_or(0, |(&start, _)| start.max(r.received + 1)),
+        resend_end: match r.ooo.first_key_value() {
+            Some((&start, _)) if ask => start.max(r.received + 1),
+            _ => 0,
+        },
         probe,
         fin_received: r.finished(),
     }
@@ -560,7 +634,13 @@ impl Endpoint {
                 && credit - s.rx.credit_sent >= window / 4
             {
                 s.rx.credit_queued = true;
-                self.queue_stream_control(sid, ControlBody::StreamCreditFor { probe: false });
+                self.queue_stream_control(
+                    sid,
+                    ControlBody::StreamCreditFor {
+                        probe: false,
+                        ask: false,
+                    },
+                );
             }
             return Ok(StreamRead::Data {
                 bytes,
@@ -600,6 +680,10 @@ impl Endpoint {
                 s.tx.fin_queued, s.tx.fin_sent, s.tx.fin_acked, s.tx.last_progress,
                 s.rx.consumed, s.rx.received, s.rx.ooo.len(), s.rx.fin_at, s.rx.credit_sent, s.rx.last_progress,
                 self.streams.active.contains(&sid), s.ready
+            ) + &format!(
+                " in rotation {} packets in flight {}",
+                self.streams.rotation.contains(&sid),
+                s.tx.in_flight.len()
             ),
         }
     }
@@ -712,6 +796,7 @@ impl Endpoint {
         now: Time,
         c: &Control,
         probe: bool,
+        ask: bool,
     ) -> Option<ControlBody> {
         let sid = StreamId {
             peer: c.dest,
@@ -724,7 +809,8 @@ impl Endpoint {
             return None;
         }
         s.rx.credit_queued = false;
-        let body = credit_body(s, window, probe);
+        s.rx.unacked_packets = 0;
+        let body = credit_body(s, window, probe, ask);
         s.rx.credit_sent = s.rx.credit_sent.max(body.credit);
         if probe {
             s.last_probe = now;
@@ -787,7 +873,7 @@ impl Endpoint {
         rank: u64,
         buf: &mut Vec<u8>,
     ) -> crate::endpoint::Transmit {
-        let dpp = (self.config.max_packet_size - wire::STREAM_DATA_OVERHEAD) as u64;
+        let room = self.config.max_packet_size - wire::STREAM_DATA_OVERHEAD;
         let window = self.stream_window();
         let pk = self.peers.find(sid.peer);
         let rank32 = rank.min(u32::MAX as u64) as u32;
@@ -801,15 +887,21 @@ impl Endpoint {
             Some((a, b)) => (a, b, true),
             None => (s.tx.next, s.tx.end.min(s.tx.credit), false),
         };
-        let (payload, eom) = if offset < s.tx.end && offset < limit {
-            let m = s.tx.msg_at(offset);
-            let m_end = m.start + m.bytes.len() as u64;
-            let end = limit.min(m_end).min(offset + dpp);
-            let a = (offset - m.start) as usize;
-            let b = (end - m.start) as usize;
-            (m.bytes.slice(a..b), end == m_end)
+        let (pieces, ends) = if offset < s.tx.end && offset < limit {
+            s.tx.packet_at(offset, limit, room)
         } else {
-            (Bytes::new(), false)
+            (Vec::new(), Vec::new())
+        };
+        let payload = match pieces.len() {
+            0 => Bytes::new(),
+            1 => pieces.into_iter().next().unwrap(),
+            _ => {
+                let mut b = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+                for p in &pieces {
+                    b.extend_from_slice(p);
+                }
+                b.freeze()
+            }
         };
         let end = offset + payload.len() as u64;
         let fin = s.tx.fin_queued && end == s.tx.end;
@@ -824,17 +916,20 @@ impl Endpoint {
                 s.tx.last_progress = now;
             }
             s.tx.next = end;
+            if end > offset {
+                s.tx.in_flight.push_back(end);
+            }
         }
         if fin {
             s.tx.fin_sent = true;
         }
         let credit = s.rx.consumed + window;
         s.rx.credit_sent = s.rx.credit_sent.max(credit);
+        s.rx.unacked_packets = 0;
         let header = StreamDataHeader {
             offset,
             rev_credit: credit,
             rev_received: s.rx.received,
-            end_of_message: eom,
             fin,
         };
         let outstanding = s.tx.waiting();
@@ -847,17 +942,22 @@ impl Endpoint {
         };
         let body = wire::Body::StreamData {
             header,
+            ends: &ends,
             payload: &payload,
         };
-        let len = if self.split.on && payload.len() > crate::outgoing::WHOLE_MAX_PAYLOAD {
-            wire::encode_headers(buf, &common, &body, self.config.checksum);
-            let n = buf.len() + payload.len();
-            self.split.payload = Some(payload.clone());
-            n
-        } else {
-            wire::encode(buf, &common, &body, self.config.checksum);
-            buf.len()
-        };
+        // A payload from one message goes as a handle on its bytes; one
+        // gathered from several was copied anyway, and goes whole.
+        let one_piece = ends.len() <= 1;
+        let len =
+            if self.split.on && one_piece && payload.len() > crate::outgoing::WHOLE_MAX_PAYLOAD {
+                wire::encode_headers(buf, &common, &body, self.config.checksum);
+                let n = buf.len() + payload.len();
+                self.split.payload = Some(payload.clone());
+                n
+            } else {
+                wire::encode(buf, &common, &body, self.config.checksum);
+                buf.len()
+            };
         self.metrics.stream_bytes_sent += payload.len() as u64;
         if outstanding {
             self.stream_activate(now, sid);
@@ -872,6 +972,7 @@ impl Endpoint {
         from: SocketAddr,
         c: &CommonHeader,
         h: &StreamDataHeader,
+        ends: wire::StreamEnds<'_>,
         payload: &[u8],
     ) {
         let sid = StreamId {
@@ -913,7 +1014,13 @@ impl Endpoint {
             // The opener may send past its unscheduled bytes at once.
             let s = self.streams.table.get_mut(&sid).unwrap();
             s.rx.credit_queued = true;
-            self.queue_stream_control(sid, ControlBody::StreamCreditFor { probe: false });
+            self.queue_stream_control(
+                sid,
+                ControlBody::StreamCreditFor {
+                    probe: false,
+                    ask: false,
+                },
+            );
         }
         let s = self.streams.table.get_mut(&sid).unwrap();
         s.last_heard = now;
@@ -927,7 +1034,13 @@ impl Endpoint {
             Phase::Lingering { .. } => {
                 // The peer missed our last acknowledgement: repeat it.
                 self.metrics.drop(DropReason::Duplicate);
-                self.queue_stream_control(sid, ControlBody::StreamCreditFor { probe: false });
+                self.queue_stream_control(
+                    sid,
+                    ControlBody::StreamCreditFor {
+                        probe: false,
+                        ask: false,
+                    },
+                );
                 return;
             }
         }
@@ -953,12 +1066,15 @@ impl Endpoint {
         let landed = if payload.is_empty() {
             Landed::Duplicate
         } else {
-            s.rx.land(h.offset, payload, h.end_of_message, limit)
+            let ends: Vec<u64> = ends.iter().map(|e| h.offset + e as u64).collect();
+            s.rx.land(h.offset, payload, &ends, limit)
         };
         let mut reply = c.retransmit;
         match landed {
             Landed::InOrder => {
                 s.rx.last_progress = now;
+                s.rx.unacked_packets += 1;
+                reply |= s.rx.unacked_packets >= ACK_EVERY_PACKETS;
                 self.metrics.stream_bytes_received += payload.len() as u64;
             }
             Landed::Gap => {
@@ -990,7 +1106,13 @@ impl Endpoint {
         let s = self.streams.table.get_mut(&sid).unwrap();
         if reply && !s.rx.credit_queued {
             s.rx.credit_queued = true;
-            self.queue_stream_control(sid, ControlBody::StreamCreditFor { probe: false });
+            self.queue_stream_control(
+                sid,
+                ControlBody::StreamCreditFor {
+                    probe: false,
+                    ask: false,
+                },
+            );
         }
         let s = self.streams.table.get_mut(&sid).unwrap();
         if !was_readable && s.rx.readable() && s.rx.waiting {
@@ -1024,7 +1146,13 @@ impl Endpoint {
         if fin_received && tx.fin_sent && tx.acked == tx.end {
             tx.fin_acked = true;
         }
+        let rewind_gap = self.derived.resend_interval_ns() / 2;
+        let resend_end = resend_end.filter(|_| {
+            tx.last_rewind
+                .is_none_or(|t| now.saturating_sub(t) >= rewind_gap)
+        });
         if let Some(e) = resend_end {
+            tx.last_rewind = Some(now);
             if tx.fin_sent && !tx.fin_acked && !fin_received {
                 // The FIN may be what was lost: it goes again with (or
                 // after) the last bytes.
@@ -1071,7 +1199,13 @@ impl Endpoint {
             Phase::Failed(_) => return,
             Phase::Lingering { .. } => {
                 if k.probe {
-                    self.queue_stream_control(sid, ControlBody::StreamCreditFor { probe: false });
+                    self.queue_stream_control(
+                        sid,
+                        ControlBody::StreamCreditFor {
+                            probe: false,
+                            ask: false,
+                        },
+                    );
                 }
                 return;
             }
@@ -1092,7 +1226,13 @@ impl Endpoint {
         let s = self.streams.table.get_mut(&sid).unwrap();
         if k.probe && !s.rx.credit_queued {
             s.rx.credit_queued = true;
-            self.queue_stream_control(sid, ControlBody::StreamCreditFor { probe: false });
+            self.queue_stream_control(
+                sid,
+                ControlBody::StreamCreditFor {
+                    probe: false,
+                    ask: false,
+                },
+            );
         }
         let s = self.streams.table.get_mut(&sid).unwrap();
         if !s.tx.waiting() && s.rx.ooo.is_empty() {
@@ -1219,7 +1359,13 @@ impl Endpoint {
             s.last_probe = now;
             self.streams.active.insert(sid);
             if s.heard || !s.tx.outstanding() {
-                self.queue_stream_control(sid, ControlBody::StreamCreditFor { probe: true });
+                self.queue_stream_control(
+                    sid,
+                    ControlBody::StreamCreditFor {
+                        probe: true,
+                        ask: false,
+                    },
+                );
             } else {
                 // Nothing heard: the packets that open the stream may be
                 // lost, and only they can open it. Send them again.
@@ -1236,7 +1382,13 @@ impl Endpoint {
         for sid in asks {
             if let Some(s) = self.streams.table.get_mut(&sid) {
                 s.rx.credit_queued = true;
-                self.queue_stream_control(sid, ControlBody::StreamCreditFor { probe: false });
+                self.queue_stream_control(
+                    sid,
+                    ControlBody::StreamCreditFor {
+                        probe: false,
+                        ask: true,
+                    },
+                );
             }
         }
         if !self.streams.active.is_empty() {

@@ -55,8 +55,11 @@ const STREAM_PAYLOAD_LEN_AT: usize = COMMON_HEADER_LEN + 24;
 /// Stream offsets are below 2^62: far beyond any stream's life (146 years
 /// at 1 Tbit/s), and sums of two never overflow.
 pub const MAX_STREAM_OFFSET: u64 = 1 << 62;
-const STREAM_END_MESSAGE: u8 = 0x01;
 const STREAM_FIN: u8 = 0x02;
+/// Where STREAM_DATA declares how many message ends it lists.
+const STREAM_ENDS_AT: usize = COMMON_HEADER_LEN + 27;
+/// Most message ends one STREAM_DATA lists (its count is a byte).
+pub const MAX_STREAM_ENDS: usize = u8::MAX as usize;
 const CREDIT_PROBE: u8 = 0x01;
 const CREDIT_FIN_RECEIVED: u8 = 0x02;
 /// Offset of a DATA packet's `payload_length` (u16) from the packet's start.
@@ -225,10 +228,33 @@ pub struct StreamDataHeader {
     /// The first byte of the reverse direction the sender has not yet
     /// received in order: an acknowledgement of everything before it.
     pub rev_received: u64,
-    /// The payload's last byte ends a stream message.
-    pub end_of_message: bool,
     /// This direction ends after the payload.
     pub fin: bool,
+}
+
+/// The message ends a STREAM_DATA lists: positions in its payload (1 ..=
+/// its length, ascending) after which a stream message ends. Decoded
+/// lazily from the packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamEnds<'a> {
+    raw: &'a [u8],
+}
+
+impl<'a> StreamEnds<'a> {
+    /// How many ends.
+    pub fn len(&self) -> usize {
+        self.raw.len() / 4
+    }
+    /// Whether no message ends in the packet.
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+    /// The ends, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + 'a {
+        self.raw
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+    }
 }
 
 /// STREAM_CREDIT: the reader of one direction of a stream tells its writer
@@ -308,6 +334,9 @@ pub enum Body<'a> {
     StreamData {
         /// Its STREAM_DATA header fields.
         header: StreamDataHeader,
+        /// Positions in the payload after which a message ends (1..=its
+        /// length, ascending; at most [`MAX_STREAM_ENDS`]).
+        ends: &'a [u32],
         /// The stream bytes it carries; [`encode_headers`] does not append
         /// them but still checksums them.
         payload: &'a [u8],
@@ -365,6 +394,8 @@ pub enum Packet<'a> {
     StreamData {
         /// Its STREAM_DATA header fields.
         header: StreamDataHeader,
+        /// The message ends it lists.
+        ends: StreamEnds<'a>,
         /// Its payload, borrowed from the datagram.
         payload: &'a [u8],
     },
@@ -626,29 +657,46 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
                 return Err(DecodeError::Truncated(buf.len()));
             }
             let declared = u16_at(buf, STREAM_PAYLOAD_LEN_AT) as usize;
-            exact(STREAM_DATA_HEADER_LEN + declared)?;
+            let n_ends = buf[STREAM_ENDS_AT] as usize;
+            exact(STREAM_DATA_HEADER_LEN + 4 * n_ends + declared)?;
             let flags = body[26];
-            if flags & !(STREAM_END_MESSAGE | STREAM_FIN) != 0 {
+            if flags & !STREAM_FIN != 0 {
                 return Err(DecodeError::BadFlags(flags));
             }
-            check_reserved(&body[27..32])?;
+            check_reserved(&body[28..32])?;
             let header = StreamDataHeader {
                 offset: u64_at(body, 0),
                 rev_credit: u64_at(body, 8),
                 rev_received: u64_at(body, 16),
-                end_of_message: flags & STREAM_END_MESSAGE != 0,
                 fin: flags & STREAM_FIN != 0,
             };
+            let ends = StreamEnds {
+                raw: &body[STREAM_DATA_HEADER_LEN..STREAM_DATA_HEADER_LEN + 4 * n_ends],
+            };
             let end = header.offset.saturating_add(declared as u64);
+            // Ends ascend strictly within 1..=len; an empty packet is a
+            // FIN alone.
+            let mut prev = 0u32;
+            let ends_ok = ends.iter().all(|e| {
+                let ok = e > prev && e as usize <= declared;
+                prev = e;
+                ok
+            });
             if end >= MAX_STREAM_OFFSET
                 || header.rev_credit >= MAX_STREAM_OFFSET
                 || header.rev_received >= MAX_STREAM_OFFSET
-                || (declared == 0 && (!header.fin || header.end_of_message))
+                || (declared == 0 && !header.fin)
+                || !ends_ok
             {
                 return Err(DecodeError::BadStreamField);
             }
-            let payload = &body[STREAM_DATA_HEADER_LEN..STREAM_DATA_HEADER_LEN + declared];
-            Packet::StreamData { header, payload }
+            let at = STREAM_DATA_HEADER_LEN + 4 * n_ends;
+            let payload = &body[at..at + declared];
+            Packet::StreamData {
+                header,
+                ends,
+                payload,
+            }
         }
         PacketType::StreamCredit => {
             exact(STREAM_CREDIT_BODY_LEN)?;
@@ -812,7 +860,9 @@ pub fn packet_len(buf: &[u8]) -> Option<usize> {
         PacketType::Ack => COMMON_HEADER_LEN + 8 * *buf.get(ACK_COUNT_AT)? as usize,
         PacketType::StreamData => {
             let at = buf.get(STREAM_PAYLOAD_LEN_AT..STREAM_PAYLOAD_LEN_AT + 2)?;
-            STREAM_DATA_OVERHEAD + u16::from_le_bytes([at[0], at[1]]) as usize
+            STREAM_DATA_OVERHEAD
+                + 4 * *buf.get(STREAM_ENDS_AT)? as usize
+                + u16::from_le_bytes([at[0], at[1]]) as usize
         }
         PacketType::StreamCredit => COMMON_HEADER_LEN + STREAM_CREDIT_BODY_LEN,
         PacketType::StreamReset => COMMON_HEADER_LEN + STREAM_RESET_BODY_LEN,
@@ -1024,31 +1074,34 @@ fn encode_inner(
                 out.extend_from_slice(&v.to_le_bytes());
             }
         }
-        Body::StreamData { header, payload } => {
+        Body::StreamData {
+            header,
+            ends,
+            payload,
+        } => {
             assert!(
                 payload.len() <= u16::MAX as usize,
                 "STREAM_DATA payload too long for one packet"
             );
+            assert!(ends.len() <= MAX_STREAM_ENDS, "too many message ends");
             out.extend_from_slice(&h[..COMMON_HEADER_LEN]);
             out.extend_from_slice(&header.offset.to_le_bytes());
             out.extend_from_slice(&header.rev_credit.to_le_bytes());
             out.extend_from_slice(&header.rev_received.to_le_bytes());
             out.extend_from_slice(&(payload.len() as u16).to_le_bytes());
-            let flags = if header.end_of_message {
-                STREAM_END_MESSAGE
-            } else {
-                0
-            } | if header.fin { STREAM_FIN } else { 0 };
-            out.extend_from_slice(&[flags, 0, 0, 0, 0, 0]);
+            let flags = if header.fin { STREAM_FIN } else { 0 };
+            out.extend_from_slice(&[flags, ends.len() as u8, 0, 0, 0, 0]);
+            for e in ends.iter() {
+                out.extend_from_slice(&e.to_le_bytes());
+            }
             if with_payload {
                 out.extend_from_slice(payload);
             }
             if checksum {
-                let head = &out[start..start + STREAM_DATA_OVERHEAD];
                 let sum = if with_payload {
                     compute_checksum(&out[start..])
                 } else {
-                    compute_checksum_split(head, payload)
+                    compute_checksum_split(&out[start..], payload)
                 };
                 out[start + CHECKSUM_RANGE.start..start + CHECKSUM_RANGE.end]
                     .copy_from_slice(&sum.to_le_bytes());
@@ -1422,12 +1475,12 @@ mod tests {
         ack[3] = 2;
         assert_eq!(enc(&c, &Body::Ack(&[0x0807_0605_0403_0201, 9]), false), ack);
         // STREAM_DATA: offset, reverse credit, reverse received (u64 each),
-        // payload length (u16), flags (END_MESSAGE 1, FIN 2), 5 reserved.
+        // payload length (u16), flags (FIN 2), count of message ends (u8),
+        // 4 reserved; then the ends (u32 each), then the payload.
         let sd = StreamDataHeader {
             offset: 0x0807_0605_0403_0201,
             rev_credit: 0x100,
             rev_received: 0x7f,
-            end_of_message: true,
             fin: true,
         };
         #[rustfmt::skip]
@@ -1435,13 +1488,15 @@ mod tests {
             1, 2, 3, 4, 5, 6, 7, 8,
             0, 1, 0, 0, 0, 0, 0, 0,
             0x7f, 0, 0, 0, 0, 0, 0, 0,
-            2, 0, 3, 0, 0, 0, 0, 0,
+            2, 0, 2, 2, 0, 0, 0, 0,
+            1, 0, 0, 0, 2, 0, 0, 0,
             b'h', b'i',
         ];
         let got = enc(
             &c,
             &Body::StreamData {
                 header: sd,
+                ends: &[1, 2],
                 payload: b"hi",
             },
             false,
@@ -1469,13 +1524,17 @@ mod tests {
             with(11, &[5, 0, 0, 0, 0, 0, 0, 0])
         );
         // Decoding gives the same fields back.
-        assert_eq!(
-            decode(&got).unwrap().packet,
+        match decode(&got).unwrap().packet {
             Packet::StreamData {
-                header: sd,
-                payload: b"hi"
+                header,
+                ends,
+                payload,
+            } => {
+                assert_eq!((header, payload), (sd, &b"hi"[..]));
+                assert_eq!(ends.iter().collect::<Vec<_>>(), [1, 2]);
             }
-        );
+            other => panic!("{other:?}"),
+        }
         // DATA: payload_length is a u16 at 46..48, e.g. 0x0201 bytes.
         let long = vec![7u8; 0x0201];
         let bytes = enc(

@@ -24,7 +24,7 @@ enum OwnedBody {
     Cutoffs(Cutoffs),
     NeedAck,
     Ack(Vec<u64>),
-    StreamData(StreamDataHeader, Vec<u8>),
+    StreamData(StreamDataHeader, Vec<u32>, Vec<u8>),
     StreamCredit(StreamCredit),
     StreamReset(ResetReason),
 }
@@ -43,8 +43,9 @@ impl OwnedBody {
             OwnedBody::Cutoffs(c) => Body::Cutoffs(*c),
             OwnedBody::NeedAck => Body::NeedAck,
             OwnedBody::Ack(ids) => Body::Ack(ids),
-            OwnedBody::StreamData(header, payload) => Body::StreamData {
+            OwnedBody::StreamData(header, ends, payload) => Body::StreamData {
                 header: *header,
+                ends,
                 payload,
             },
             OwnedBody::StreamCredit(c) => Body::StreamCredit(*c),
@@ -62,9 +63,14 @@ impl OwnedBody {
             (OwnedBody::Resend(a), Packet::Resend(b)) => a == b,
             (OwnedBody::Cutoffs(a), Packet::Cutoffs(b)) => a == b,
             (OwnedBody::Ack(a), Packet::Ack(b)) => a.iter().copied().eq(b.iter()),
-            (OwnedBody::StreamData(h, p), Packet::StreamData { header, payload }) => {
-                h == header && p == payload
-            }
+            (
+                OwnedBody::StreamData(h, e, p),
+                Packet::StreamData {
+                    header,
+                    ends,
+                    payload,
+                },
+            ) => h == header && p == payload && e.iter().copied().eq(ends.iter()),
             (OwnedBody::StreamCredit(a), Packet::StreamCredit(b)) => a == b,
             (OwnedBody::StreamReset(a), Packet::StreamReset(b)) => a == b,
             (OwnedBody::RpcUnknown, Packet::RpcUnknown)
@@ -173,24 +179,24 @@ fn stream_data() -> impl Strategy<Value = OwnedBody> {
         stream_offset(),
         stream_offset(),
         prop::collection::vec(any::<u8>(), 0..=MAX_PAYLOAD as usize),
-        any::<bool>(),
+        prop::collection::btree_set(1..=MAX_PAYLOAD, 0..20),
         any::<bool>(),
     )
-        .prop_map(|(offset, rev_credit, rev_received, payload, eom, fin)| {
-            // An empty packet is a FIN alone.
-            let (eom, fin) = if payload.is_empty() {
-                (false, true)
-            } else {
-                (eom, fin)
-            };
+        .prop_map(|(offset, rev_credit, rev_received, payload, ends, fin)| {
+            // An empty packet is a FIN alone; ends lie within the payload.
+            let fin = fin || payload.is_empty();
+            let ends: Vec<u32> = ends
+                .into_iter()
+                .filter(|&e| e as usize <= payload.len())
+                .collect();
             OwnedBody::StreamData(
                 StreamDataHeader {
                     offset,
                     rev_credit,
                     rev_received,
-                    end_of_message: eom,
                     fin,
                 },
+                ends,
                 payload,
             )
         })
@@ -246,6 +252,7 @@ fn encoded(c: &CommonHeader, b: &OwnedBody, checksum: bool) -> Vec<u8> {
 
 fn reencode(d: &Decoded<'_>) -> Vec<u8> {
     let acks: Vec<u64>;
+    let stream_ends: Vec<u32>;
     let body = match d.packet {
         Packet::Data { header, payload } => Body::Data { header, payload },
         Packet::Grant(g) => Body::Grant(g),
@@ -258,7 +265,18 @@ fn reencode(d: &Decoded<'_>) -> Vec<u8> {
             acks = list.iter().collect();
             Body::Ack(&acks)
         }
-        Packet::StreamData { header, payload } => Body::StreamData { header, payload },
+        Packet::StreamData {
+            header,
+            ends,
+            payload,
+        } => {
+            stream_ends = ends.iter().collect();
+            Body::StreamData {
+                header,
+                ends: &stream_ends,
+                payload,
+            }
+        }
         Packet::StreamCredit(c) => Body::StreamCredit(c),
         Packet::StreamReset(r) => Body::StreamReset(r),
     };

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 /// Re-encodes a decoded packet (the decoder keeps every field, so this is exact).
 pub fn reencode(d: &Decoded<'_>, out: &mut Vec<u8>, checksum: bool) {
     let acks: Vec<u64>;
+    let stream_ends: Vec<u32>;
     let body = match d.packet {
         Packet::Data { header, payload } => Body::Data { header, payload },
         Packet::Grant(g) => Body::Grant(g),
@@ -32,7 +33,18 @@ pub fn reencode(d: &Decoded<'_>, out: &mut Vec<u8>, checksum: bool) {
             acks = list.iter().collect();
             Body::Ack(&acks)
         }
-        Packet::StreamData { header, payload } => Body::StreamData { header, payload },
+        Packet::StreamData {
+            header,
+            ends,
+            payload,
+        } => {
+            stream_ends = ends.iter().collect();
+            Body::StreamData {
+                header,
+                ends: &stream_ends,
+                payload,
+            }
+        }
         Packet::StreamCredit(c) => Body::StreamCredit(c),
         Packet::StreamReset(r) => Body::StreamReset(r),
     };
@@ -295,9 +307,9 @@ pub fn decode_seeds() -> Vec<(String, Vec<u8>)> {
                     offset: 0,
                     rev_credit: 1 << 20,
                     rev_received: 0,
-                    end_of_message: true,
                     fin: false,
                 },
+                ends: &[10, 40, 100],
                 payload: &payload[..100],
             },
         ),
@@ -309,9 +321,9 @@ pub fn decode_seeds() -> Vec<(String, Vec<u8>)> {
                     offset: 70_000,
                     rev_credit: 5 << 20,
                     rev_received: 3_000,
-                    end_of_message: false,
                     fin: true,
                 },
+                ends: &[],
                 payload: &[],
             },
         ),

@@ -69,12 +69,18 @@ pub struct StreamRow {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct IdleStreams {
     pub streams: usize,
-    /// Resident memory added per stream, both ends (this process holds
-    /// the client and the server).
-    pub bytes_per_stream: f64,
+    /// Resident memory added per stream by opening it (the opener's
+    /// engine entry and handle, before anything is sent).
+    pub opener_bytes_per_stream: f64,
+    /// Resident memory added per stream by its first message reaching
+    /// the acceptor and being read there (the acceptor's entry and
+    /// handle, plus what the opener's entry grows by).
+    pub acceptor_bytes_per_stream: f64,
 }
 
-/// Short RPCs alone and beside a saturating stream.
+/// Short RPCs alone and beside a saturating stream, and the same for TCP
+/// (100-byte echoes on one connection beside a bulk transfer on another
+/// to the same server thread set), measured the same way in the same run.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct RpcsBesideStream {
     pub unloaded_p50_us: f64,
@@ -83,6 +89,9 @@ pub struct RpcsBesideStream {
     pub loaded_p99_us: f64,
     /// Bytes the stream moved meanwhile, per second, Gbit/s.
     pub stream_gbps: f64,
+    pub tcp_unloaded_p99_us: f64,
+    pub tcp_loaded_p99_us: f64,
+    pub tcp_stream_gbps: f64,
 }
 
 /// Everything `--json` prints.
@@ -459,16 +468,31 @@ fn idle_streams(cfg: &homa::EndpointConfig, count: usize) -> anyhow::Result<Idle
         Ok::<_, anyhow::Error>(())
     };
     open(100, &mut keep, &mut accepted)?;
+    // Opened only: the opener's side.
     let before = rss_bytes()?;
-    open(count, &mut keep, &mut accepted)?;
-    let after = rss_bytes()?;
+    let mut fresh = Vec::with_capacity(count);
+    for _ in 0..count {
+        fresh.push(client.open_stream(addr)?);
+    }
+    let opened = rss_bytes()?;
+    // First message in and read: the acceptor's side.
+    let mut there = Vec::with_capacity(count);
+    for s in &mut fresh {
+        s.send(Bytes::from_static(b"x"))?;
+    }
+    for _ in 0..count {
+        let mut a = server.accept_stream()?;
+        anyhow::ensure!(a.recv()?.as_deref() == Some(&b"x"[..]));
+        there.push(a);
+    }
+    let accepted_rss = rss_bytes()?;
     anyhow::ensure!(server.engine_stats().streams >= count);
-    let per = after.saturating_sub(before) as f64 / count as f64;
-    drop(keep);
-    drop(accepted);
+    let per = |a: u64, b: u64| (b.saturating_sub(a) as f64 / count as f64).round();
+    drop((keep, accepted, fresh, there));
     Ok(IdleStreams {
         streams: count,
-        bytes_per_stream: per.round(),
+        opener_bytes_per_stream: per(before, opened),
+        acceptor_bytes_per_stream: per(opened, accepted_rss),
     })
 }
 
@@ -554,13 +578,72 @@ fn rpcs_beside_stream(cfg: &homa::EndpointConfig, iters: u64) -> anyhow::Result<
     rpc_server
         .join()
         .map_err(|_| anyhow::anyhow!("RPC server panicked"))??;
+    let (tcp_alone, tcp_loaded, tcp_gbps) = tcp_beside_bulk(iters)?;
     Ok(RpcsBesideStream {
         unloaded_p50_us: us(&alone, 0.5),
         unloaded_p99_us: us(&alone, 0.99),
         loaded_p50_us: us(&loaded, 0.5),
         loaded_p99_us: us(&loaded, 0.99),
         stream_gbps: (sent as f64 * 8.0 / secs / 1e9 * 1000.0).round() / 1000.0,
+        tcp_unloaded_p99_us: us(&tcp_alone, 0.99),
+        tcp_loaded_p99_us: us(&tcp_loaded, 0.99),
+        tcp_stream_gbps: tcp_gbps,
     })
+}
+
+/// TCP's answer to the same question: 100-byte echoes on one connection,
+/// alone and while another connection carries a bulk transfer in 64 KB
+/// writes (each connection served by its own thread, as Homa's RPC server
+/// and stream reader are).
+fn tcp_beside_bulk(iters: u64) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, f64)> {
+    let poll = Duration::from_micros(50);
+    let alone = tcp_pingpong(100, iters, iters / 10, poll)?;
+    let (mut c, mut s) = tcp_pair()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sink = std::thread::spawn(move || -> anyhow::Result<u64> {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0u64;
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => return Ok(got),
+                Ok(k) => got += k as u64,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    crate::wait::wait_fd(
+                        std::os::fd::AsRawFd::as_raw_fd(&s),
+                        libc::POLLIN,
+                        Duration::from_millis(50),
+                    )?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    });
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || -> anyhow::Result<(u64, f64)> {
+            let chunk = Payloads::new(65_536).payload(1, 65_536);
+            let w = Waiting::polling(poll);
+            let start = Instant::now();
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                tcp_write_all(&mut c, &chunk, w)?;
+                sent += chunk.len() as u64;
+            }
+            Ok((sent, start.elapsed().as_secs_f64()))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let loaded = tcp_pingpong(100, iters, iters / 10, poll);
+    stop.store(true, Ordering::Relaxed);
+    let (sent, secs) = writer
+        .join()
+        .map_err(|_| anyhow::anyhow!("TCP writer panicked"))??;
+    let got = sink
+        .join()
+        .map_err(|_| anyhow::anyhow!("TCP reader panicked"))??;
+    anyhow::ensure!(got == sent, "TCP reader got {got} of {sent} bytes");
+    let gbps = (sent as f64 * 8.0 / secs / 1e9 * 1000.0).round() / 1000.0;
+    Ok((alone, loaded?, gbps))
 }
 
 /// The same-run ratios the goals are stated in, as text.
@@ -595,8 +678,8 @@ pub fn print_ratios(r: &StreamReport) {
     }
     if let Some(i) = &r.idle_streams {
         println!(
-            "{} idle streams: {:.0} bytes each (both ends)",
-            i.streams, i.bytes_per_stream
+            "{} idle streams: {:.0} bytes each at the opener, {:.0} at the acceptor",
+            i.streams, i.opener_bytes_per_stream, i.acceptor_bytes_per_stream
         );
     }
     if let Some(b) = &r.rpcs_beside_stream {
@@ -608,6 +691,13 @@ pub fn print_ratios(r: &StreamReport) {
             b.loaded_p99_us / b.unloaded_p99_us,
             b.loaded_p50_us,
             b.unloaded_p50_us
+        );
+        println!(
+            "100 B TCP echoes beside a bulk TCP connection ({:.1} Gbit/s): p99 {:.1} vs {:.1} us alone ({:.2}x)",
+            b.tcp_stream_gbps,
+            b.tcp_loaded_p99_us,
+            b.tcp_unloaded_p99_us,
+            b.tcp_loaded_p99_us / b.tcp_unloaded_p99_us
         );
     }
 }

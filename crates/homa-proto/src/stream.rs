@@ -1320,8 +1320,10 @@ impl Endpoint {
             for (&sid, s) in &self.streams.table {
                 match s.phase {
                     Phase::Lingering { until } if now >= until => gone.push(sid),
-                    // A stream whose both sides ended needs nothing more.
-                    Phase::Live if s.done() => {}
+                    // A stream whose both sides ended needs nothing more;
+                    // one the peer has not heard of yet (opened, nothing
+                    // sent) has nothing to keep alive.
+                    Phase::Live if s.done() || (!s.heard && s.tx.next == 0 && !s.tx.fin_sent) => {}
                     Phase::Live if now.saturating_sub(s.last_heard) >= timeout => fail.push(sid),
                     Phase::Live
                         if sid.opener

@@ -451,3 +451,39 @@ fn many_small_messages_flow_without_stalls() {
     // no stall on a timer (a resend interval is 0.5 ms here).
     assert!(took < 5 * MS, "took {took} ns");
 }
+
+#[test]
+fn a_stream_opened_but_not_yet_written_stays_quiet_and_open() {
+    let mut net = net(2, 10, false, config());
+    let peer = net.addr(0);
+    let sid = net.with_host(1, |_, ctx| {
+        let now = ctx.now();
+        ctx.endpoint().unwrap().open_stream(now, peer).unwrap()
+    });
+    // Several keep-alive intervals and RPC timeouts (20 ms) later it is
+    // still open (the peer does not know it: nothing to probe or time out).
+    net.run_for(100 * MS);
+    assert_eq!(
+        net.endpoint(1)
+            .metrics()
+            .sent(homa_proto::wire::PacketType::StreamCredit),
+        0
+    );
+    net.with_host(1, |app, ctx| {
+        let now = ctx.now();
+        let side = app.sides.entry(sid).or_default();
+        side.to_send.push_back(pattern(10, 1));
+        write(ctx.endpoint().unwrap(), now, sid, side);
+    });
+    let key = StreamId {
+        peer: net.addr(1),
+        id: sid.id,
+        opener: false,
+    };
+    let limit = net.now() + 10 * MS;
+    let ok = net.run_until_cond(limit, |n| {
+        n.app(0).sides.get(&key).is_some_and(|s| s.got.len() == 1)
+    });
+    assert!(ok, "{}", net.endpoint(1).stream_describe(sid));
+    assert_eq!(net.app(1).sides[&sid].error, None);
+}

@@ -44,6 +44,9 @@ pub struct StreamBench {
     pub rpc_window: usize,
     pub transports: Vec<String>,
     pub idle_streams: usize,
+    /// Latency measurements alternate between transports in this many
+    /// rounds.
+    pub rounds: u64,
     pub homa: homa::EndpointConfig,
     pub poll: Duration,
     pub progress: bool,
@@ -112,6 +115,45 @@ fn say(on: bool, what: &str) {
     }
 }
 
+/// One transport's round trips of `size` bytes (`pieces`: the echo as it
+/// arrives), `iters` of them after a tenth as many for warm-up.
+fn latency(
+    b: &StreamBench,
+    t: &str,
+    size: usize,
+    iters: u64,
+    pieces: bool,
+) -> anyhow::Result<Histogram<u64>> {
+    Ok(match (t, pieces) {
+        ("homa-stream", _) => homa_stream_echo(&b.homa, size, iters, pieces)?,
+        ("tcp", false) => tcp_pingpong(size, iters, iters / 10, b.poll)?,
+        ("tcp", true) => tcp_streaming_echo(size, iters, b.poll)?,
+        ("homa-rpc", _) => homa_echo(&b.homa, size, iters, iters / 10, false, true)?,
+        (other, _) => anyhow::bail!("unknown transport {other} (homa-stream, tcp, homa-rpc)"),
+    })
+}
+
+/// Every transport's round trips of `size` bytes, in `rounds` turns (each
+/// measuring its share after its own warm-up) so that a change in the
+/// machine's speed during the run, common on shared machines, affects them
+/// alike: one histogram per transport, in `b.transports`' order.
+fn latencies(
+    b: &StreamBench,
+    size: usize,
+    iters: u64,
+    pieces: bool,
+) -> anyhow::Result<Vec<Histogram<u64>>> {
+    let mut hs: Vec<Histogram<u64>> = b.transports.iter().map(|_| new_histogram()).collect();
+    let rounds = b.rounds.max(1);
+    for r in 0..rounds {
+        let share = crate::echo::round_share(iters, rounds, r).max(10);
+        for (t, h) in b.transports.iter().zip(hs.iter_mut()) {
+            h.add(latency(b, t, size, share, pieces)?)?;
+        }
+    }
+    Ok(hs)
+}
+
 pub fn measure(b: &StreamBench) -> anyhow::Result<StreamReport> {
     let mut rows = Vec::new();
     for &chunk in &b.chunks {
@@ -123,21 +165,14 @@ pub fn measure(b: &StreamBench) -> anyhow::Result<StreamReport> {
         } else {
             b.latency_iters
         };
-        for t in &b.transports {
+        say(b.progress, &format!("echoes of one {chunk} B chunk"));
+        let lats = latencies(b, chunk, iters, false)?;
+        for (t, lat) in b.transports.iter().zip(&lats) {
             say(b.progress, &format!("{t}: {n} chunks of {chunk} B"));
-            let (secs, lat) = match t.as_str() {
-                "homa-stream" => (
-                    homa_stream_transfer(&b.homa, chunk, n)?,
-                    homa_stream_echo(&b.homa, chunk, iters, false)?,
-                ),
-                "tcp" => (
-                    tcp_transfer(chunk, n, b.poll)?,
-                    tcp_pingpong(chunk, iters, iters / 10, b.poll)?,
-                ),
-                "homa-rpc" => (
-                    homa_rpc_transfer(&b.homa, chunk, n, b.rpc_window)?,
-                    homa_echo(&b.homa, chunk, iters, iters / 10, false, true)?,
-                ),
+            let secs = match t.as_str() {
+                "homa-stream" => homa_stream_transfer(&b.homa, chunk, n)?,
+                "tcp" => tcp_transfer(chunk, n, b.poll)?,
+                "homa-rpc" => homa_rpc_transfer(&b.homa, chunk, n, b.rpc_window)?,
                 other => anyhow::bail!("unknown transport {other} (homa-stream, tcp, homa-rpc)"),
             };
             let bytes = n * chunk as u64;
@@ -148,22 +183,15 @@ pub fn measure(b: &StreamBench) -> anyhow::Result<StreamReport> {
                 bytes: Some(bytes),
                 gbps: Some((bytes as f64 * 8.0 / secs / 1e9 * 1000.0).round() / 1000.0),
                 chunks_per_sec: Some((n as f64 / secs).round()),
-                p50_us: us(&lat, 0.5),
-                p99_us: us(&lat, 0.99),
+                p50_us: us(lat, 0.5),
+                p99_us: us(lat, 0.99),
             });
         }
     }
     for &size in &b.echo_sizes {
-        for t in &b.transports {
-            say(b.progress, &format!("{t}: echo of {size} B as it arrives"));
-            let h = match t.as_str() {
-                "homa-stream" => homa_stream_echo(&b.homa, size, b.echo_iters, true)?,
-                "tcp" => tcp_streaming_echo(size, b.echo_iters, b.poll)?,
-                "homa-rpc" => {
-                    homa_echo(&b.homa, size, b.echo_iters, b.echo_iters / 10, false, true)?
-                }
-                _ => unreachable!("checked above"),
-            };
+        say(b.progress, &format!("echoes of {size} B as it arrives"));
+        let hs = latencies(b, size, b.echo_iters, true)?;
+        for (t, h) in b.transports.iter().zip(&hs) {
             rows.push(StreamRow {
                 transport: t.clone(),
                 mode: "echo".into(),
@@ -171,8 +199,8 @@ pub fn measure(b: &StreamBench) -> anyhow::Result<StreamReport> {
                 bytes: None,
                 gbps: None,
                 chunks_per_sec: None,
-                p50_us: us(&h, 0.5),
-                p99_us: us(&h, 0.99),
+                p50_us: us(h, 0.5),
+                p99_us: us(h, 0.99),
             });
         }
     }

@@ -34,6 +34,11 @@ pub struct StreamBenchArgs {
     /// Idle streams opened to measure memory per stream (0: skip).
     #[arg(long, default_value_t = 10_000)]
     pub idle_streams: usize,
+    /// Latency measurements (chunk echoes, echoes as they arrive) take turns
+    /// between the transports in this many rounds, so that a change in the
+    /// machine's speed during the run affects them alike.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub rounds: u64,
     /// Transports, comma-separated: homa-stream, tcp, homa-rpc.
     #[arg(
         long,
@@ -68,6 +73,7 @@ impl StreamBenchArgs {
             rpc_window: self.rpc_window.max(1),
             transports: self.transports.clone(),
             idle_streams: self.idle_streams,
+            rounds: self.rounds,
             homa: self.homa.config_with_link(homa_bench::LOOPBACK_GBPS)?,
             poll: Duration::from_micros(self.homa.poll_us),
             progress: !self.json,

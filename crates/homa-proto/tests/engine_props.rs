@@ -262,7 +262,7 @@ fn serve_stream(ep: &mut Endpoint, now: u64, sid: StreamId) {
     loop {
         match ep.stream_recv(now, sid) {
             Ok(StreamRead::Data { bytes, .. }) => {
-                if sid.id % 2 == 0 {
+                if sid.id.is_multiple_of(2) {
                     let _ = ep.stream_send(now, sid, bytes);
                 }
             }

@@ -252,7 +252,7 @@ fn run(ops: &[Op], seed: u64, loss: u64) {
             }
             // Half the cases never cancel, so that they end with every
             // byte delivered.
-            Op::Cancel(_) if seed % 2 == 0 => {}
+            Op::Cancel(_) if seed.is_multiple_of(2) => {}
             Op::Cancel(i) => {
                 let s = &mut p.sides[i];
                 if let (Some(sid), false) = (s.sid, s.cancelled) {

@@ -354,6 +354,23 @@ impl Rx {
     }
 }
 
+/// A STREAM_DATA payload: in the datagram, or already landed at the end
+/// of the stream's unread bytes (`stream_landing_site`).
+#[derive(Clone, Copy)]
+pub(crate) enum StreamPayload<'a> {
+    Bytes(&'a [u8]),
+    Landed(usize),
+}
+
+impl StreamPayload<'_> {
+    fn len(&self) -> usize {
+        match self {
+            StreamPayload::Bytes(b) => b.len(),
+            StreamPayload::Landed(n) => *n,
+        }
+    }
+}
+
 enum Landed {
     InOrder,
     Gap,
@@ -973,13 +990,14 @@ impl Endpoint {
         c: &CommonHeader,
         h: &StreamDataHeader,
         ends: wire::StreamEnds<'_>,
-        payload: &[u8],
+        payload: StreamPayload<'_>,
     ) {
         let sid = StreamId {
             peer: from,
             id: c.rpc_id,
             opener: !c.from_client,
         };
+        let plen = payload.len();
         let window = self.stream_window();
         if !self.streams.table.contains_key(&sid) {
             // Only the opener's first bytes open a stream: a packet from
@@ -1048,7 +1066,7 @@ impl Endpoint {
         self.stream_tx_feedback(now, sid, h.rev_credit, h.rev_received, None, false);
         let s = self.streams.table.get_mut(&sid).unwrap();
         let was_readable = s.rx.readable();
-        let end = h.offset + payload.len() as u64;
+        let end = h.offset + plen as u64;
         if h.fin {
             match s.rx.fin_at {
                 Some(f) if f != end => {
@@ -1063,11 +1081,26 @@ impl Endpoint {
             return;
         }
         let limit = s.rx.consumed + window.max(self.derived.unsched_bytes() as u64);
-        let landed = if payload.is_empty() {
-            Landed::Duplicate
-        } else {
-            let ends: Vec<u64> = ends.iter().map(|e| h.offset + e as u64).collect();
-            s.rx.land(h.offset, payload, &ends, limit)
+        let ends: Vec<u64> = ends.iter().map(|e| h.offset + e as u64).collect();
+        let landed = match payload {
+            _ if plen == 0 => Landed::Duplicate,
+            StreamPayload::Bytes(p) => s.rx.land(h.offset, p, &ends, limit),
+            StreamPayload::Landed(n) => {
+                // `stream_landing_site` checked that these bytes come next
+                // and fit; the driver wrote them after `ready`'s bytes.
+                debug_assert!(h.offset == s.rx.received && s.rx.ooo.is_empty());
+                // SAFETY: the landing site was `n` bytes of `ready`'s
+                // spare capacity, now written by the driver's receive (the
+                // driver reports a datagram only when all of it arrived).
+                unsafe { s.rx.ready.set_len(s.rx.ready.len() + n) };
+                s.rx.received += n as u64;
+                for &e in &ends {
+                    if s.rx.ends.back().is_none_or(|&b| b < e) {
+                        s.rx.ends.push_back(e);
+                    }
+                }
+                Landed::InOrder
+            }
         };
         let mut reply = c.retransmit;
         match landed {
@@ -1075,14 +1108,14 @@ impl Endpoint {
                 s.rx.last_progress = now;
                 s.rx.unacked_packets += 1;
                 reply |= s.rx.unacked_packets >= ACK_EVERY_PACKETS;
-                self.metrics.stream_bytes_received += payload.len() as u64;
+                self.metrics.stream_bytes_received += plen as u64;
             }
             Landed::Gap => {
-                self.metrics.stream_bytes_received += payload.len() as u64;
+                self.metrics.stream_bytes_received += plen as u64;
                 self.stream_activate(now, sid);
             }
             Landed::Duplicate => {
-                if !payload.is_empty() {
+                if plen > 0 {
                     self.metrics.drop(DropReason::Duplicate);
                     // The writer resent what we have: our acknowledgement
                     // may be lost.
@@ -1172,6 +1205,73 @@ impl Endpoint {
             self.events.push_back(Event::StreamWritable { stream: sid });
         }
         self.stream_schedule(sid);
+    }
+
+    /// Where the payload of a STREAM_DATA datagram (`head` its first bytes,
+    /// `datagram_len` its length) can be received directly: at the end of
+    /// the stream's unread bytes, if it carries exactly the next bytes of a
+    /// live stream, within credit, with at most one message end, no FIN
+    /// and no checksum. Saves the copy from the driver's buffer, as landing
+    /// DATA in the pool does (`landing.rs`).
+    pub(crate) fn stream_landing_site(
+        &mut self,
+        from: SocketAddr,
+        head: &[u8],
+        datagram_len: usize,
+    ) -> Option<crate::LandingSite<'_>> {
+        let (c, h, header_len, plen) = wire::decode_stream_data_head(head, datagram_len).ok()?;
+        if plen == 0 || h.fin {
+            return None;
+        }
+        let sid = StreamId {
+            peer: from,
+            id: c.rpc_id,
+            opener: !c.from_client,
+        };
+        let limit_window = self
+            .stream_window()
+            .max(self.derived.unsched_bytes() as u64);
+        let s = self.streams.table.get_mut(&sid)?;
+        let rx = &mut s.rx;
+        if s.phase != Phase::Live
+            || h.offset != rx.received
+            || !rx.ooo.is_empty()
+            || rx.fin_at.is_some()
+            || h.offset + plen as u64 > rx.consumed + limit_window
+        {
+            return None;
+        }
+        rx.ready.reserve(plen);
+        let spare = &mut rx.ready.spare_capacity_mut()[..plen];
+        // SAFETY: `u8` and `MaybeUninit<u8>` have the same layout; the
+        // driver only writes the slice (its receive), and the bytes become
+        // part of `ready` (`set_len`) only once the whole datagram is in
+        // (`handle_stream_landed`).
+        let payload = unsafe { &mut *(spare as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) };
+        Some(crate::LandingSite {
+            header_len,
+            payload: smallvec::smallvec![payload],
+        })
+    }
+
+    /// [`Endpoint::handle_landed`] for a STREAM_DATA whose payload landed
+    /// at the site `stream_landing_site` gave.
+    pub(crate) fn handle_stream_landed(
+        &mut self,
+        now: Time,
+        from: SocketAddr,
+        head: &[u8],
+        datagram_len: usize,
+    ) {
+        let Ok((c, h, header_len, plen)) = wire::decode_stream_data_head(head, datagram_len) else {
+            self.metrics.drop(DropReason::Malformed);
+            return;
+        };
+        let ends = wire::StreamEnds::from_raw(&head[wire::STREAM_DATA_OVERHEAD..header_len]);
+        let hint = self.last_rx_peer;
+        let pk = self.packet_peer(now, from, &c, wire::PacketType::StreamData, hint);
+        self.last_rx_peer = pk.or(hint);
+        self.handle_stream_data(now, from, &c, &h, ends, StreamPayload::Landed(plen));
     }
 
     /// A STREAM_CREDIT from `from`: about our sending side of the stream.
@@ -1413,5 +1513,70 @@ impl Endpoint {
         self.streams.rotation.clear();
         self.streams.next_tick = Time::MAX;
         self.streams.next_scan = Time::MAX;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, Endpoint, Event, StreamRead};
+    use bytes::Bytes;
+    use std::net::SocketAddr;
+
+    /// A stream packet received straight into the reader's buffer
+    /// (`landing_site`, `handle_landed`) reads the same as one handed over
+    /// whole; one that is not the next in order gets no site.
+    #[test]
+    fn a_landed_stream_packet_reads_like_a_whole_one() {
+        let cfg = Config::default()
+            .with_max_packet_size(20_000)
+            .with_unsched_bytes(Some(200_000))
+            .with_checksum(false);
+        let a: SocketAddr = "10.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "10.0.0.2:1".parse().unwrap();
+        let mut w = Endpoint::new(cfg.clone().with_rpc_id_seed(1), 0).unwrap();
+        let mut r = Endpoint::new(cfg.with_rpc_id_seed(2), 0).unwrap();
+        let sid = w.open_stream(0, b).unwrap();
+        let msg: Vec<u8> = (0..50_000u32).map(|i| (i * 7) as u8).collect();
+        w.stream_send(0, sid, Bytes::from(msg.clone())).unwrap();
+        let mut packets = Vec::new();
+        let mut buf = Vec::new();
+        for now in 0..100 {
+            while let Some(t) = w.poll_transmit(now * 10_000, &mut buf) {
+                packets.push(buf[..t.len].to_vec());
+            }
+        }
+        assert!(packets.len() >= 3);
+        // The first opens the stream the ordinary way; the third cannot
+        // land before the second; the second and third land.
+        r.handle_datagram(1, a, &packets[0]);
+        assert!(r.landing_site(a, &packets[2], packets[2].len()).is_none());
+        let mut landed = 0;
+        for p in &packets[1..] {
+            let head_len = crate::wire::MAX_LANDING_HEAD.min(p.len());
+            let Some(mut site) = r.landing_site(a, &p[..head_len], p.len()) else {
+                r.handle_datagram(1, a, p);
+                continue;
+            };
+            let h = site.header_len;
+            let mut at = h;
+            for span in site.payload.iter_mut() {
+                span.copy_from_slice(&p[at..at + span.len()]);
+                at += span.len();
+            }
+            assert_eq!(at, p.len());
+            drop(site);
+            r.handle_landed(1, a, &p[..h], p.len());
+            landed += 1;
+        }
+        assert!(landed >= 2);
+        let rsid = match r.poll_event() {
+            Some(Event::StreamOpened { stream }) => stream,
+            other => panic!("{other:?}"),
+        };
+        let mut got = Vec::new();
+        while let Ok(StreamRead::Data { bytes, .. }) = r.stream_recv(2, rsid) {
+            got.extend_from_slice(&bytes);
+        }
+        assert_eq!(got, msg);
     }
 }

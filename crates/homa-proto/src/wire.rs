@@ -241,6 +241,11 @@ pub struct StreamEnds<'a> {
 }
 
 impl<'a> StreamEnds<'a> {
+    /// The ends in `raw` (4 bytes each, little-endian), as decoded.
+    pub(crate) fn from_raw(raw: &'a [u8]) -> StreamEnds<'a> {
+        StreamEnds { raw }
+    }
+
     /// How many ends.
     pub fn len(&self) -> usize {
         self.raw.len() / 4
@@ -836,6 +841,75 @@ pub fn decode_data_head(
     Ok((common, header, declared))
 }
 
+/// The longest headers a driver peeks at to land a payload
+/// (`Endpoint::landing_site`): a STREAM_DATA's with one message end.
+pub const MAX_LANDING_HEAD: usize = STREAM_DATA_OVERHEAD + 4;
+
+/// Decodes the headers of a STREAM_DATA datagram of `datagram_len` bytes
+/// from its first bytes alone (`head`), for a driver that receives the
+/// payload elsewhere: the same checks as [`decode`] except the payload's
+/// own bytes. Returns the headers, the headers' length and the payload's
+/// length. Only packets with at most one message end (whose headers fit
+/// [`MAX_LANDING_HEAD`]) and without a checksum qualify; others are
+/// [`DecodeError::NotLandable`].
+pub fn decode_stream_data_head(
+    head: &[u8],
+    datagram_len: usize,
+) -> Result<(CommonHeader, StreamDataHeader, usize, usize), DecodeError> {
+    if head.len() < STREAM_DATA_OVERHEAD {
+        return Err(DecodeError::Truncated(head.len()));
+    }
+    if head[0] != VERSION {
+        return Err(DecodeError::BadVersion(head[0]));
+    }
+    if head[1] != PacketType::StreamData as u8 {
+        return Err(DecodeError::NotLandable);
+    }
+    let n_ends = head[STREAM_ENDS_AT] as usize;
+    let header_len = STREAM_DATA_OVERHEAD + 4 * n_ends;
+    if n_ends > 1 || head.len() < header_len || u32_at(head, CHECKSUM_RANGE.start) != 0 {
+        return Err(DecodeError::NotLandable);
+    }
+    // The whole decoder's checks on the headers: decode them with an empty
+    // payload standing in for the real one (same length check below).
+    let declared = u16_at(head, STREAM_PAYLOAD_LEN_AT) as usize;
+    exact_body(
+        PacketType::StreamData,
+        datagram_len,
+        STREAM_DATA_HEADER_LEN + 4 * n_ends + declared,
+    )?;
+    let flags = head[2];
+    if flags & !KNOWN_FLAGS != 0 || head[3] != 0 {
+        return Err(DecodeError::BadFlags(flags | head[3]));
+    }
+    let common = common_header(head, flags)?;
+    let body = &head[COMMON_HEADER_LEN..header_len];
+    let sflags = body[26];
+    if sflags & !STREAM_FIN != 0 {
+        return Err(DecodeError::BadFlags(sflags));
+    }
+    check_reserved(&body[28..32])?;
+    let header = StreamDataHeader {
+        offset: u64_at(body, 0),
+        rev_credit: u64_at(body, 8),
+        rev_received: u64_at(body, 16),
+        fin: sflags & STREAM_FIN != 0,
+    };
+    let end_ok = n_ends == 0 || {
+        let e = u32_at(body, STREAM_DATA_HEADER_LEN) as usize;
+        e >= 1 && e <= declared
+    };
+    if header.offset.saturating_add(declared as u64) >= MAX_STREAM_OFFSET
+        || header.rev_credit >= MAX_STREAM_OFFSET
+        || header.rev_received >= MAX_STREAM_OFFSET
+        || (declared == 0 && !header.fin)
+        || !end_ok
+    {
+        return Err(DecodeError::BadStreamField);
+    }
+    Ok((common, header, header_len, declared))
+}
+
 /// The length of the packet at the start of `buf` as its own header
 /// declares it: fixed for most types, 56 + payload_length + padding for DATA,
 /// 32 + 8 × count for ACK. `None` if `buf` is shorter than the bytes
@@ -869,15 +943,20 @@ pub fn packet_len(buf: &[u8]) -> Option<usize> {
     })
 }
 
-/// Whether `buf` starts with a DATA packet of a message longer than the
-/// packet's payload (a multi-packet message). Cheap, no validation beyond
-/// that: for a driver deciding how to receive (e.g. whether UDP GRO pays).
+/// Whether `buf` starts with a packet of a bulk transfer: a DATA packet of
+/// a message longer than the packet's payload (a multi-packet message), or
+/// a STREAM_DATA with a payload. Cheap, no validation beyond that: for a
+/// driver deciding how to receive (whether UDP GRO, or landing, pays).
 #[inline]
 pub fn is_multi_packet_data(buf: &[u8]) -> bool {
     buf.len() >= DATA_PACKET_OVERHEAD
         && buf[0] == VERSION
-        && buf[1] == PacketType::Data as u8
-        && u32_at(buf, COMMON_HEADER_LEN) > u16_at(buf, PAYLOAD_LEN_AT) as u32
+        && (buf[1] == PacketType::Data as u8
+            && u32_at(buf, COMMON_HEADER_LEN) > u16_at(buf, PAYLOAD_LEN_AT) as u32
+            // A stream's data is a bulk transfer too.
+            || buf[1] == PacketType::StreamData as u8
+                && buf.len() >= STREAM_DATA_OVERHEAD
+                && u16_at(buf, STREAM_PAYLOAD_LEN_AT) > 0)
 }
 
 /// The segment size to cut a received datagram into when the kernel did not

@@ -367,7 +367,10 @@ impl Endpoint {
             if inc.waiting_for_pool {
                 self.pool_waiters.remove(&(inc.len, birth, key));
             }
-            self.grants.remove(inc.owed());
+            if inc.alloc.is_some() {
+                // Only a message with pool space was counted (`after_alloc`).
+                self.grants.remove(inc.owed());
+            }
             if let Some(alloc) = inc.alloc {
                 self.pool.release(alloc);
             }

@@ -30,6 +30,12 @@ pub(crate) struct WindowParams {
     cover_foreign_queue: bool,
     /// `Config::unsched_cut_when_rationed`, with a downlink budget.
     cut_when_rationed: bool,
+    /// With a downlink budget, the most unscheduled bytes of one message:
+    /// the budget in whole packets (links alike: the peer's receiver lets
+    /// no more than that queue at its downlink, and a far peer's BDP,
+    /// 277–514 KB in the simulator's rtt-mix, would send up to several
+    /// budgets in one burst that no grant controls). 0: no budget.
+    unsched_cap: u32,
 }
 
 impl WindowParams {
@@ -49,6 +55,10 @@ impl WindowParams {
             cover_foreign_queue: config.grant_covers_foreign_queue,
             cut_when_rationed: config.unsched_cut_when_rationed
                 && config.effective_downlink_budget() > 0,
+            unsched_cap: match config.effective_downlink_budget() {
+                0 => 0,
+                b => (b / dpp * dpp).max(dpp),
+            },
         }
     }
 
@@ -266,7 +276,10 @@ impl UnschedWindow {
         p: &WindowParams,
     ) -> Option<WindowChange> {
         let min = rtt.min()?;
-        let ceiling = p.bdp(min);
+        let ceiling = match p.unsched_cap {
+            0 => p.bdp(min),
+            cap => p.bdp(min).min(cap),
+        };
         if self.bytes == 0 {
             self.bytes = ceiling;
             self.restart(now);
@@ -489,8 +502,9 @@ mod tests {
 
     /// With a downlink budget (the default's derived one), a message that
     /// waited for its first grant more than two smoothed RTTs halves the
-    /// window at the next sample an RTT on; a shorter wait does not; and
-    /// the window grows back only while new messages start to the peer.
+    /// window at the next sample an RTT on; a shorter wait does not; the
+    /// window grows back only while new messages start to the peer; and
+    /// it is never above the budget.
     #[test]
     fn a_long_wait_for_the_first_grant_halves_the_window() {
         let p = params();
@@ -528,6 +542,15 @@ mod tests {
         sampled(&mut e, 300_000, 10_000);
         assert_eq!(w.update(300_000, &e, &p), Some(WindowChange::Grown));
         assert_eq!(w.get(&p), cut + 1416);
+        // The window is at most the downlink budget (67 packets), however
+        // long the path: 40 µs is 89 packets at 25 Gbps.
+        let mut far = UnschedWindow::default();
+        let mut e = RttEstimator::default();
+        sampled(&mut e, 0, 40_000);
+        far.update(0, &e, &p);
+        assert_eq!(p.bdp(40_000), 89 * 1416);
+        assert_eq!(far.get(&p), 67 * 1416);
+        assert_eq!(seed_params().bdp(40_000), 89 * 1416);
         // Off: the long wait cuts nothing, and the window grows without
         // new messages (seed 003's rules alone).
         let off = WindowParams::new(&Config::default().with_unsched_cut_when_rationed(false));
@@ -546,7 +569,7 @@ mod tests {
 
     #[test]
     fn a_shorter_path_clamps_the_window_at_once() {
-        let p = params();
+        let p = seed_params();
         let mut w = UnschedWindow::default();
         let mut e = RttEstimator::default();
         sampled(&mut e, 0, 40_000);

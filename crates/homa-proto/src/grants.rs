@@ -1,7 +1,9 @@
 //! The receiver's grants (`docs/protocol.md` §4.3–4.4): which incoming
 //! messages still need grants, in SRPT order and by age; how many scheduled
-//! bytes are granted but not yet received, the cap on them, the window each
-//! message gets, the priority of each rank, the FIFO share's credit, and
+//! bytes are granted but not yet received, the cap on them (and, under
+//! adaptive windows, the downlink budget on all bytes still to arrive,
+//! `docs/congestion.md` §9), the window each message gets, the priority
+//! of each rank, the FIFO share's credit, and
 //! whether a grant pass is owed. The pass itself (`Endpoint::update_grants`,
 //! incoming.rs) walks the top of this queue and raises each message's grant
 //! with this arithmetic.

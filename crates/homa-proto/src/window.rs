@@ -1,8 +1,9 @@
 //! Seed 003's per-peer windows under `WindowPolicy::Adaptive`
 //! (`docs/congestion.md`): the receiver's grant window from the peer's
 //! `rtt_min`, and the sender's unscheduled window, cut when the peer is
-//! congested and grown back while it is not. Under static windows, the
-//! default, only [`WindowParams`]' static values are read.
+//! congested (or, with a downlink budget, rations its grants) and grown
+//! back while it is not. Under static windows, the default, only
+//! [`WindowParams`]' static values are read.
 
 use crate::config::Config;
 use crate::rtt::RttEstimator;

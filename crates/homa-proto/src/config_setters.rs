@@ -180,6 +180,13 @@ setters! {
     /// Adaptive grant window: also cover the RTT's queueing beyond
     /// `rtt_min` that the receiver's own granted bytes do not explain.
     plain with_grant_covers_foreign_queue(grant_covers_foreign_queue: bool) = false;
+    /// Adaptive windows: the receiver's budget for bytes queued at its
+    /// downlink; `None`: 30 µs of the link; `Some(0)`: off.
+    opt with_downlink_budget(downlink_budget: Option<u32>) = None;
+    /// Adaptive windows with a budget: a sender halves a peer's
+    /// unscheduled window when a message waited for its first grant more
+    /// than two smoothed RTTs.
+    plain with_unsched_cut_when_rationed(unsched_cut_when_rationed: bool) = true;
     /// On-Ramp: hold a destination's DATA while the queueing delay it
     /// reports exceeds the threshold (`docs/onramp.md`).
     plain with_onramp(onramp: bool) = false;

@@ -515,8 +515,12 @@ impl Endpoint {
                 self.grants.unsettle();
             }
         }
-        if let Some(WindowChange::CutCongested | WindowChange::CutRatio | WindowChange::CutLoss) =
-            path.unsched.update(now, &path.rtt, params)
+        if let Some(
+            WindowChange::CutCongested
+            | WindowChange::CutRatio
+            | WindowChange::CutLoss
+            | WindowChange::CutRationed,
+        ) = path.unsched.update(now, &path.rtt, params)
         {
             self.metrics.unsched_window_cuts += 1;
         }

@@ -532,7 +532,11 @@ impl Endpoint {
                     self.requeue_out(key);
                 }
             }
-            _ => self.unqueue_out(key),
+            _ => {
+                // Sent all it may (waits for a grant, or is done).
+                out.stalled_at = now;
+                self.unqueue_out(key)
+            }
         }
         t
     }
@@ -576,7 +580,12 @@ impl Endpoint {
         let new = g.offset.min(out.len);
         if self.derived.adaptive() && new > out.granted && !out.sendable() {
             // It had sent all it was granted: it waited for this grant.
-            self.peers.path_mut(rpc.peer_key).unsched.on_wait();
+            let waited = now.saturating_sub(out.stalled_at);
+            let first = out.granted == out.unsched;
+            self.peers
+                .path_mut(rpc.peer_key)
+                .unsched
+                .on_wait(waited, first);
         }
         if new > out.granted {
             out.granted = new;

@@ -103,7 +103,7 @@ pub fn udp_pingpong(
     result.map(|_| h)
 }
 
-fn tcp_pair() -> anyhow::Result<(TcpStream, TcpStream)> {
+pub fn tcp_pair() -> anyhow::Result<(TcpStream, TcpStream)> {
     let l = TcpListener::bind("127.0.0.1:0")?;
     let c = TcpStream::connect(l.local_addr()?)?;
     let (s, _) = l.accept()?;

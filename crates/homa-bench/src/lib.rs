@@ -33,6 +33,7 @@ pub mod node;
 pub mod payload;
 pub mod rate;
 pub mod stats;
+pub mod stream;
 pub mod throughput;
 pub mod wait;
 

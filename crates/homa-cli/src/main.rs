@@ -15,6 +15,7 @@ mod rate_bench;
 mod server;
 mod sim;
 mod sim_experiment;
+mod stream_bench;
 mod testbed;
 mod throughput_bench;
 
@@ -39,6 +40,10 @@ enum Command {
     Client(client::ClientArgs),
     /// Loopback round-trip latency per message size: Homa vs raw UDP vs TCP, and async (tokio) transports.
     EchoBench(echo_bench::EchoBenchArgs),
+    /// One Homa stream against one TCP connection and one Homa RPC per
+    /// chunk (issue #21): throughput, chunk latency, echo as it arrives,
+    /// memory per idle stream, short RPCs beside a saturating stream.
+    StreamBench(stream_bench::StreamBenchArgs),
     /// Small RPCs per second against a server with M threads: Homa vs raw UDP vs TCP.
     RateBench(rate_bench::RateBenchArgs),
     /// Loopback throughput of large messages: Homa vs one TCP connection.
@@ -56,6 +61,7 @@ fn main() -> anyhow::Result<()> {
         Command::Server(args) => server::run(args),
         Command::Client(args) => client::run(args),
         Command::EchoBench(args) => echo_bench::run(args),
+        Command::StreamBench(args) => stream_bench::run(args),
         Command::RateBench(args) => rate_bench::run(args),
         Command::ThroughputBench(args) => throughput_bench::run(args),
         Command::Testbed(args) => testbed::run(args),

@@ -53,7 +53,8 @@ pub struct HomaOpts {
     /// unsched_priorities, max_overcommit, max_incoming, max_nic_queue_ns,
     /// pacer_bypass_bytes, resend_interval_us, rpc_timeout_ms, tombstone_us,
     /// max_message_length, pool_mb, checksum (0/1), max_client_rpcs,
-    /// max_server_rpcs_per_peer, max_peers; RTT and windows
+    /// max_server_rpcs_per_peer, max_peers; streams: stream_window_bytes,
+    /// max_streams, stream_share_permille; RTT and windows
     /// (docs/congestion.md): measure_rtt (0/1), adaptive_windows (0/1),
     /// rtt_high_factor, rtt_grant_factor, unsched_ratio_permille,
     /// grant_covers_foreign_queue (0/1), smoothed_signal (0: latest
@@ -144,6 +145,9 @@ pub fn set_engine_param(c: &mut homa::EngineConfig, kv: &str) -> anyhow::Result<
         "max_client_rpcs" => c.max_client_rpcs = n as usize,
         "max_server_rpcs_per_peer" => c.max_server_rpcs_per_peer = n as usize,
         "max_peers" => c.max_peers = n as usize,
+        "stream_window_bytes" => c.stream_window_bytes = n as u32,
+        "max_streams" => c.max_streams = n as usize,
+        "stream_share_permille" => c.stream_share_permille = n as u32,
         "measure_rtt" => c.measure_rtt = n != 0,
         "adaptive_windows" => {
             c.window_policy = if n != 0 {
@@ -182,11 +186,12 @@ pub fn parse_sizes(s: &str) -> anyhow::Result<Vec<usize>> {
         .collect()
 }
 
-/// Parses one size: "500000", "500k", "1m".
+/// Parses one size: "500000", "500k", "1m", "1g" (decimal multiples).
 pub fn parse_size(p: &str) -> anyhow::Result<usize> {
     let (num, mul) = match p.chars().last() {
         Some('k' | 'K') => (&p[..p.len() - 1], 1_000),
         Some('m' | 'M') => (&p[..p.len() - 1], 1_000_000),
+        Some('g' | 'G') => (&p[..p.len() - 1], 1_000_000_000),
         _ => (p, 1),
     };
     let n: usize = num.parse().map_err(|_| anyhow::anyhow!("bad size {p:?}"))?;

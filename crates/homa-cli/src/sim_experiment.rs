@@ -98,6 +98,16 @@ pub struct ExperimentArgs {
     /// × the grant window; under adaptive windows the widest one served).
     #[arg(long)]
     pub max_incoming: Option<u64>,
+    /// Adaptive windows: the receiver's downlink budget in bytes
+    /// (`Config::downlink_budget`; default: the engine's, 30 µs of the
+    /// link; 0: off, seed 003's cap).
+    #[arg(long)]
+    pub downlink_budget: Option<u32>,
+    /// Adaptive windows: turn off the sender's unscheduled-window cut when
+    /// a message waited long for its first grant
+    /// (`Config::unsched_cut_when_rationed`).
+    #[arg(long)]
+    pub no_rationed_cut: bool,
     /// Adaptive windows: widen grant windows over a foreign standing queue
     /// (`Config::grant_covers_foreign_queue`, off by default).
     #[arg(long)]
@@ -328,6 +338,10 @@ fn knobs(e: &ExperimentArgs, s: &mut homa_sim::experiment::Setup) {
     s.rtt_high_factor = e.rtt_high_factor;
     s.smoothed_signal = e.smoothed_signal;
     s.max_incoming = e.max_incoming;
+    s.downlink_budget = e.downlink_budget;
+    if e.no_rationed_cut {
+        s.unsched_cut_when_rationed = Some(false);
+    }
     if e.foreign_queue_cover {
         s.grant_covers_foreign_queue = Some(true);
     }

@@ -116,6 +116,18 @@ pub struct Config {
     /// ([`crate::PartialMessage`]). `u32::MAX` (the default): every request
     /// is delivered whole.
     pub partial_delivery_bytes: u32,
+    /// A stream's receive window: the reader lets the writer send this
+    /// many bytes beyond what it has read (credit), so a stream holds at
+    /// most this much at the reader, and at the writer this much plus the
+    /// message being written (`docs/streams.md` §2.3).
+    pub stream_window_bytes: u32,
+    /// Most streams open at once (opened here or by peers; closed streams
+    /// linger a tombstone time and count).
+    pub max_streams: usize,
+    /// The least share (per mille) of the sender's packets that streams
+    /// with bytes to send get while shorter messages are sendable: a
+    /// stream that waited behind messages for that many bytes goes next.
+    pub stream_share_permille: u32,
     /// Most concurrent server RPCs from one peer.
     pub max_server_rpcs_per_peer: usize,
     /// Most concurrent server RPCs of this endpoint, from all peers.
@@ -218,6 +230,26 @@ pub struct Config {
     /// simulator's 500 KB incast it triples the drops (losses idle the
     /// link, which then looks foreign).
     pub grant_covers_foreign_queue: bool,
+    /// Under [`WindowPolicy::Adaptive`], the receiver's budget (bytes) for
+    /// what will queue at its own downlink: a grant pass keeps the bytes
+    /// still to arrive at this receiver (granted or unscheduled, of every
+    /// message it knows) within this budget plus the bandwidth-delay
+    /// product its top messages fill on their paths, rather than within
+    /// `max_overcommit` × the widest window (docs/congestion.md §9).
+    /// `None`: [`Self::effective_downlink_budget`] derives it from
+    /// `link_bps`. `Some(0)`: no budget (seed 003's cap).
+    pub downlink_budget: Option<u32>,
+    /// Under [`WindowPolicy::Adaptive`] with a downlink budget, a sender
+    /// also halves a peer's unscheduled window (at most once per smoothed
+    /// RTT) when a message to it waited for its first grant more than two
+    /// smoothed RTTs after its unscheduled bytes: the receiver was
+    /// rationing its downlink among other messages, so unscheduled bytes
+    /// sent to it only queue there (an incast). The window then grows
+    /// back only while new messages start to the peer. The RTT cannot say
+    /// this: the echo leaves out the time the receiver held the message,
+    /// and a shallow buffer's queue stays far below 8 × a far peer's
+    /// `rtt_min` (docs/congestion.md §9).
+    pub unsched_cut_when_rationed: bool,
     /// On-Ramp (issue #22, `docs/onramp.md`): hold a destination's DATA at
     /// this sender while the one-way queueing delay it reports exceeds
     /// [`Self::effective_onramp_threshold_ns`]. Off by default until a
@@ -370,6 +402,9 @@ impl Default for Config {
             peer_idle_ns: 10_000_000_000,
             max_message_length: 1_000_000,
             partial_delivery_bytes: u32::MAX,
+            stream_window_bytes: 1 << 20,
+            max_streams: 65_536,
+            stream_share_permille: 100,
             max_server_rpcs_per_peer: 10_000,
             max_server_rpcs: 100_000,
             max_client_rpcs: 100_000,
@@ -391,6 +426,8 @@ impl Default for Config {
             rtt_grant_factor: 3,
             unsched_ratio_permille: 400,
             grant_covers_foreign_queue: false,
+            downlink_budget: None,
+            unsched_cut_when_rationed: true,
             onramp: false,
             onramp_threshold_ns: None,
             onramp_max_hold_ns: None,
@@ -481,6 +518,12 @@ pub const TOMBSTONE_RESEND_INTERVALS: u64 = 20;
 pub const MIN_RESEND_INTERVAL_NS: u64 = 1_000_000;
 /// The shortest derived RPC timeout (ns).
 pub const MIN_RPC_TIMEOUT_NS: u64 = 2_000_000_000;
+/// The default downlink budget (`Config::effective_downlink_budget`), in
+/// time at the link rate: 30 µs is 94 KB at 25 Gbit/s, about a third of a
+/// shallow switch buffer's share per port (256 KB, 82 µs there), the rest
+/// left for the unscheduled bytes of messages the receiver does not know
+/// yet (docs/congestion.md §9).
+pub const DOWNLINK_BUDGET_NS: u64 = 30_000;
 /// The default longest On-Ramp hold, in thresholds
 /// (`Config::effective_onramp_max_hold_ns`).
 pub const ONRAMP_MAX_HOLD_THRESHOLDS: u64 = 8;
@@ -655,6 +698,19 @@ impl Config {
         self.max_incoming
             .unwrap_or(self.max_overcommit as u64 * self.effective_grant_window() as u64)
     }
+    /// The receiver's budget for bytes queued at its downlink under
+    /// adaptive windows: `downlink_budget`, or [`DOWNLINK_BUDGET_NS`] of
+    /// the link when unset, in whole packets, at least one; 0: off.
+    pub fn effective_downlink_budget(&self) -> u32 {
+        self.downlink_budget.unwrap_or_else(|| {
+            let dpp = self.max_data_per_packet().max(1) as u64;
+            let b = (self.link_bps as u128 * DOWNLINK_BUDGET_NS as u128 / 8_000_000_000) as u64;
+            b.div_ceil(dpp)
+                .max(1)
+                .saturating_mul(dpp)
+                .min(u32::MAX as u64) as u32
+        })
+    }
     /// Ns to transmit a datagram of `bytes` (UDP payload) at the link rate,
     /// including `packet_overhead_bytes` (at least 1).
     pub fn wire_time_ns(&self, bytes: usize) -> u64 {
@@ -770,6 +826,15 @@ impl Config {
         let used = &self.unsched_cutoffs[..self.unsched_priorities as usize];
         if used.windows(2).any(|w| w[0] > w[1]) {
             return bad("unsched_cutoffs must be ascending".into());
+        }
+        if self.stream_window_bytes == 0 {
+            return bad("stream_window_bytes must be at least 1".into());
+        }
+        if self.stream_share_permille == 0 || self.stream_share_permille > 1000 {
+            return bad(format!(
+                "stream_share_permille {} must be 1..=1000",
+                self.stream_share_permille
+            ));
         }
         if self.unsched_bytes == Some(0) {
             return bad(

@@ -130,6 +130,12 @@ setters! {
     /// Deliver requests of at least this many bytes incrementally
     /// (`u32::MAX`: never).
     plain with_partial_delivery_bytes(partial_delivery_bytes: u32) = u32::MAX;
+    /// A stream's receive window (credit beyond what the reader has read).
+    plain with_stream_window_bytes(stream_window_bytes: u32) = 1 << 20;
+    /// Most streams open at once.
+    plain with_max_streams(max_streams: usize) = 65_536;
+    /// The least share (per mille) of packets for streams behind shorter messages.
+    plain with_stream_share_permille(stream_share_permille: u32) = 100;
     /// Receive pool size in bytes.
     plain with_pool_bytes(pool_bytes: usize) = 64 << 20;
     /// Compute a CRC-32C for every packet sent (received checksums are
@@ -174,6 +180,13 @@ setters! {
     /// Adaptive grant window: also cover the RTT's queueing beyond
     /// `rtt_min` that the receiver's own granted bytes do not explain.
     plain with_grant_covers_foreign_queue(grant_covers_foreign_queue: bool) = false;
+    /// Adaptive windows: the receiver's budget for bytes queued at its
+    /// downlink; `None`: 30 µs of the link; `Some(0)`: off.
+    opt with_downlink_budget(downlink_budget: Option<u32>) = None;
+    /// Adaptive windows with a budget: a sender halves a peer's
+    /// unscheduled window when a message waited for its first grant more
+    /// than two smoothed RTTs.
+    plain with_unsched_cut_when_rationed(unsched_cut_when_rationed: bool) = true;
     /// On-Ramp: hold a destination's DATA while the queueing delay it
     /// reports exceeds the threshold (`docs/onramp.md`).
     plain with_onramp(onramp: bool) = false;

@@ -40,6 +40,14 @@ pub(crate) enum ControlBody {
     Cutoffs,
     NeedAck,
     Ack(Vec<u64>),
+    /// The current STREAM_CREDIT of the stream this control names (its
+    /// `dest`, `rpc_id` and `from_client`), resolved when sent.
+    StreamCreditFor {
+        probe: bool,
+        ask: bool,
+    },
+    StreamCredit(wire::StreamCredit),
+    StreamReset(wire::ResetReason),
 }
 
 impl ControlBody {
@@ -52,6 +60,10 @@ impl ControlBody {
             ControlBody::Cutoffs => PacketType::Cutoffs,
             ControlBody::NeedAck => PacketType::NeedAck,
             ControlBody::Ack(_) => PacketType::Ack,
+            ControlBody::StreamCreditFor { .. } | ControlBody::StreamCredit(_) => {
+                PacketType::StreamCredit
+            }
+            ControlBody::StreamReset(_) => PacketType::StreamReset,
         }
     }
 }
@@ -105,6 +117,11 @@ impl Control {
             }
             ControlBody::NeedAck => Body::NeedAck,
             ControlBody::Ack(ids) => Body::Ack(ids),
+            ControlBody::StreamCreditFor { .. } => {
+                unreachable!("stream credits are resolved before encoding")
+            }
+            ControlBody::StreamCredit(c) => Body::StreamCredit(*c),
+            ControlBody::StreamReset(r) => Body::StreamReset(*r),
         };
         wire::encode(buf, &common, &body, s.checksum);
         self.body.packet_type()

@@ -105,6 +105,26 @@ pub enum Event {
         /// The message's [`PartialMessage::serial`].
         serial: u64,
     },
+    /// A peer opened a stream to us (its first bytes are in): read it with
+    /// [`Endpoint::stream_recv`], write with [`Endpoint::stream_send`],
+    /// and [`Endpoint::stream_close`] it when done.
+    StreamOpened {
+        /// The new stream.
+        stream: crate::StreamId,
+    },
+    /// A stream that [`Endpoint::stream_recv`] found
+    /// [`crate::StreamRead::Pending`] has something to read (or ended, or
+    /// failed).
+    StreamReadable {
+        /// The stream.
+        stream: crate::StreamId,
+    },
+    /// A stream whose [`Endpoint::stream_send`] was refused as
+    /// [`crate::StreamError::Full`] takes bytes again (or failed).
+    StreamWritable {
+        /// The stream.
+        stream: crate::StreamId,
+    },
     /// One of our RPCs failed; it is finished.
     Failed {
         /// The id `send_request` returned.
@@ -209,6 +229,12 @@ pub struct EndpointStats {
     pub pool_waiters: usize,
     /// Outgoing messages with bytes to send.
     pub sendable_messages: usize,
+    /// Streams in the table (open, failed and not yet closed, or lingering
+    /// after a close).
+    pub streams: usize,
+    /// Bytes the streams hold: received and unread (in order or beyond a
+    /// gap), and written but not yet acknowledged.
+    pub stream_bytes_held: u64,
 }
 
 /// One Homa endpoint (the Linux module's socket): every RPC it is client or
@@ -282,6 +308,8 @@ pub struct Endpoint {
     pub(crate) rx_rate: crate::window::RxRate,
     /// The serial of the next [`PartialMessage`].
     pub(crate) next_partial_serial: u64,
+    /// Streams (`stream.rs`).
+    pub(crate) streams: crate::stream::Streams,
 }
 
 // The fields the calls after every input read (`poll_event`,
@@ -329,6 +357,7 @@ impl Endpoint {
             split: Split::default(),
             events: VecDeque::new(),
             next_partial_serial: 1,
+            streams: crate::stream::Streams::new(config.rpc_id_seed),
             control: ControlQueue::default(),
             sends: SendQueue::new(
                 derived.data_per_packet(),
@@ -409,6 +438,8 @@ impl Endpoint {
             incoming_bytes: self.grants.incoming(),
             pool_waiters: self.pool_waiters.len(),
             sendable_messages: self.sends.len(),
+            streams: self.streams.len(),
+            stream_bytes_held: self.streams.held_bytes(),
         }
     }
 
@@ -484,8 +515,12 @@ impl Endpoint {
                 self.grants.unsettle();
             }
         }
-        if let Some(WindowChange::CutCongested | WindowChange::CutRatio | WindowChange::CutLoss) =
-            path.unsched.update(now, &path.rtt, params)
+        if let Some(
+            WindowChange::CutCongested
+            | WindowChange::CutRatio
+            | WindowChange::CutLoss
+            | WindowChange::CutRationed,
+        ) = path.unsched.update(now, &path.rtt, params)
         {
             self.metrics.unsched_window_cuts += 1;
         }
@@ -533,7 +568,7 @@ impl Endpoint {
     /// See [`crate::driver::FastPath::poll_nothing_to_send`].
     #[inline]
     pub(crate) fn poll_nothing_to_send(&mut self, now: Time) -> bool {
-        if !self.control.is_empty() || !self.sends.is_empty() {
+        if !self.control.is_empty() || !self.sends.is_empty() || self.streams.has_ready() {
             return false;
         }
         self.note_time(now);
@@ -736,6 +771,7 @@ impl Endpoint {
         }
         // Completed client RPCs are freed, not failed.
         self.apply_deferred_frees(self.last_now);
+        self.shutdown_streams();
         self.shut_down = true;
         self.deferred.clear_acks();
         for key in self.rpcs.live_keys() {
@@ -850,6 +886,20 @@ impl Endpoint {
                 }
                 None => self.metrics.drop(DropReason::UnknownRpc),
             },
+            Packet::StreamData {
+                header,
+                ends,
+                payload,
+            } => self.handle_stream_data(
+                now,
+                from,
+                &c,
+                &header,
+                ends,
+                crate::stream::StreamPayload::Bytes(payload),
+            ),
+            Packet::StreamCredit(k) => self.handle_stream_credit(now, from, &c, &k),
+            Packet::StreamReset(r) => self.handle_stream_reset(from, &c, r),
             Packet::NeedAck => self.handle_need_ack(now, from, pk, &c),
             Packet::Ack(ids) => {
                 if !c.from_client {
@@ -989,7 +1039,8 @@ impl Endpoint {
             Some(p) => tick.min(p),
             None => tick,
         }
-        .min(self.onramp.next_release);
+        .min(self.onramp.next_release)
+        .min(self.streams.next_tick);
         (t != Time::MAX).then_some(t)
     }
 
@@ -1000,7 +1051,7 @@ impl Endpoint {
     /// may run somewhat late.
     #[inline]
     pub fn pacer_deadline(&self) -> Option<Time> {
-        if self.sends.is_empty() {
+        if self.sends.is_empty() && !self.streams.has_ready() {
             return None;
         }
         self.pacer.opens_at()

@@ -1,7 +1,9 @@
 //! The receiver's grants (`docs/protocol.md` §4.3–4.4): which incoming
 //! messages still need grants, in SRPT order and by age; how many scheduled
-//! bytes are granted but not yet received, the cap on them, the window each
-//! message gets, the priority of each rank, the FIFO share's credit, and
+//! bytes are granted but not yet received, the cap on them (and, under
+//! adaptive windows, the downlink budget on all bytes still to arrive,
+//! `docs/congestion.md` §9), the window each message gets, the priority
+//! of each rank, the FIFO share's credit, and
 //! whether a grant pass is owed. The pass itself (`Endpoint::update_grants`,
 //! incoming.rs) walks the top of this queue and raises each message's grant
 //! with this arithmetic.
@@ -26,6 +28,17 @@ use crate::srpt::SrptQueue;
 pub(crate) struct Grants {
     /// Sum over incoming messages of granted-but-not-received bytes.
     incoming: u64,
+    /// Sum over incoming messages of the bytes still to arrive of those
+    /// granted or unscheduled (`incoming` plus unreceived unscheduled
+    /// bytes): what will pass the receiver's downlink.
+    arriving: u64,
+    /// `Config::effective_downlink_budget` under adaptive windows (0: no
+    /// budget)...
+    budget: u64,
+    /// ...and the cap on `arriving` a grant pass set from it
+    /// ([`Self::cap_for_budget`]).
+    budget_cap: u64,
+
     /// Cap on `incoming` (`Config::effective_max_incoming`; under adaptive
     /// windows with `max_incoming` unset, set by each grant pass,
     /// [`Self::cap_for_window`]).
@@ -70,8 +83,16 @@ pub(crate) struct Grants {
 
 impl Grants {
     pub fn new(config: &Config) -> Grants {
+        let adaptive = config.window_policy == crate::config::WindowPolicy::Adaptive;
         Grants {
             incoming: 0,
+            arriving: 0,
+            budget: if adaptive && config.grant_policy == GrantPolicy::Srpt {
+                config.effective_downlink_budget() as u64
+            } else {
+                0
+            },
+            budget_cap: u64::MAX,
             max_incoming: config.effective_max_incoming(),
             derived_cap: config.max_incoming.is_none(),
             overcommit: config.max_overcommit as u64,
@@ -141,6 +162,28 @@ impl Grants {
         }
     }
 
+    /// The downlink budget (0: none).
+    #[inline(always)]
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    /// Under a downlink budget: the messages a pass grants to fill `pipe`
+    /// bytes of their paths at the link rate, so the bytes still to
+    /// arrive may be that plus the budget (what would queue at the
+    /// downlink is the rest).
+    #[inline]
+    pub fn cap_for_budget(&mut self, pipe: u64) {
+        self.budget_cap = self.budget + pipe;
+    }
+
+    /// Bytes still to arrive, granted or unscheduled, over all incoming
+    /// messages.
+    #[cfg(test)]
+    pub fn arriving(&self) -> u64 {
+        self.arriving
+    }
+
     /// Messages that need grants.
     #[inline]
     pub fn grantable(&self) -> usize {
@@ -202,22 +245,26 @@ impl Grants {
         self.incoming
     }
 
-    /// A message's outstanding bytes went from `old` to `new`.
+    /// A message's ([`InMsg::owed`](crate::rpc::InMsg::owed)) went from
+    /// `old` to `new`.
     #[inline(always)]
-    pub fn track(&mut self, old: u64, new: u64) {
-        self.incoming = self.incoming - old + new;
+    pub fn track(&mut self, old: (u64, u64), new: (u64, u64)) {
+        self.incoming = self.incoming - old.0 + new.0;
+        self.arriving = self.arriving - old.1 + new.1;
     }
 
-    /// A message with `outstanding` bytes joins (it got pool space).
+    /// A message owing `owed` joins (it got pool space).
     #[inline]
-    pub fn add(&mut self, outstanding: u64) {
-        self.incoming += outstanding;
+    pub fn add(&mut self, owed: (u64, u64)) {
+        self.incoming += owed.0;
+        self.arriving += owed.1;
     }
 
-    /// A message with `outstanding` bytes leaves (complete or dropped).
+    /// A message owing `owed` leaves (complete or dropped).
     #[inline]
-    pub fn remove(&mut self, outstanding: u64) {
-        self.incoming -= outstanding;
+    pub fn remove(&mut self, owed: (u64, u64)) {
+        self.incoming -= owed.0;
+        self.arriving -= owed.1;
     }
 
     /// The FIFO share's quantum: one window.
@@ -306,7 +353,10 @@ impl Grants {
         if target < len && delta < dpp {
             return None;
         }
-        let room = self.max_incoming.saturating_sub(self.incoming);
+        let mut room = self.max_incoming.saturating_sub(self.incoming);
+        if self.budget > 0 {
+            room = room.min(self.budget_cap.saturating_sub(self.arriving));
+        }
         if !fifo && delta as u64 > room {
             if room < dpp as u64 {
                 return None;
@@ -405,20 +455,20 @@ mod tests {
     #[test]
     fn the_cap_limits_scheduled_grants_but_not_fifo_ones() {
         let mut g = grants(10_000, 15_000, 8, 4);
-        g.add(12_000);
+        g.add((12_000, 12_000));
         assert_eq!(g.incoming(), 12_000);
         // 3,000 of room: the grant shrinks to it.
         assert_eq!(
             g.next_grant(g.window(), 0, 0, 100_000, 1_000, false),
             Some(3_000)
         );
-        g.track(2_000, 2_500);
+        g.track((2_000, 2_000), (2_500, 2_500));
         // 2,500 left: still a packet.
         assert_eq!(
             g.next_grant(g.window(), 0, 0, 100_000, 1_000, false),
             Some(2_500)
         );
-        g.add(2_000);
+        g.add((2_000, 2_000));
         // 500 left: less than a packet, nothing.
         assert_eq!(g.next_grant(g.window(), 0, 0, 100_000, 1_000, false), None);
         // A FIFO grant ignores the cap.
@@ -426,8 +476,70 @@ mod tests {
             g.next_grant(g.window(), 5_000, 5_000, 100_000, 1_000, true),
             Some(15_000)
         );
-        g.remove(14_500);
+        g.remove((14_500, 14_500));
         assert_eq!(g.incoming(), 0);
+    }
+
+    /// Under adaptive windows the budget caps what is still to arrive,
+    /// unscheduled bytes of known messages included, at the budget plus
+    /// the pipe a pass computed; without it (static windows, or a budget
+    /// of 0) only `max_incoming` counts, and only granted bytes.
+    #[test]
+    fn the_downlink_budget_caps_bytes_still_to_arrive() {
+        let adaptive = Config {
+            window_policy: crate::config::WindowPolicy::Adaptive,
+            downlink_budget: Some(10_000),
+            max_incoming: Some(1 << 30),
+            ..Config::default()
+        };
+        let mut g = Grants::new(&adaptive);
+        assert_eq!(g.budget(), 10_000);
+        // A message whose 8,000 unscheduled bytes have not arrived yet.
+        g.add((0, 8_000));
+        assert_eq!((g.incoming(), g.arriving()), (0, 8_000));
+        g.cap_for_budget(5_000);
+        // 15,000 may be on the way: 7,000 more.
+        assert_eq!(
+            g.next_grant(20_000, 0, 0, 100_000, 1_000, false),
+            Some(7_000)
+        );
+        // Its bytes arrive: room for the whole window.
+        g.track((0, 8_000), (0, 0));
+        assert_eq!(
+            g.next_grant(20_000, 0, 0, 100_000, 1_000, false),
+            Some(15_000)
+        );
+        // A FIFO grant ignores the budget, as it ignores the cap.
+        g.add((0, 15_000));
+        assert_eq!(
+            g.next_grant(20_000, 5_000, 5_000, 100_000, 1_000, true),
+            Some(25_000)
+        );
+        // Off: a budget of 0, or static windows (whatever the setting).
+        for c in [
+            Config {
+                downlink_budget: Some(0),
+                ..adaptive.clone()
+            },
+            Config {
+                window_policy: crate::config::WindowPolicy::Static,
+                ..adaptive.clone()
+            },
+        ] {
+            let mut g = Grants::new(&c);
+            assert_eq!(g.budget(), 0);
+            g.add((0, 8_000));
+            g.cap_for_budget(5_000);
+            assert_eq!(
+                g.next_grant(20_000, 0, 0, 100_000, 1_000, false),
+                Some(20_000)
+            );
+        }
+        // The default: 30 µs at the link rate, whole packets.
+        let d = Config::default();
+        let dpp = d.max_data_per_packet() as u32;
+        assert_eq!(d.effective_downlink_budget(), 67 * dpp); // 93,750 B at 25 Gbps
+        assert_eq!(d.effective_downlink_budget() % dpp, 0);
     }
 
     #[test]

@@ -183,7 +183,7 @@ impl Endpoint {
         // what lies beyond.
         let prefix = inc.partial.as_ref().map(|_| inc.received.prefix());
         let old_remaining = inc.len - inc.bytes_received;
-        let old_outstanding = inc.outstanding();
+        let old_owed = inc.owed();
         let new = match inc.received.insert(start, end) {
             None => {
                 self.metrics.drop(DropReason::Unexpected);
@@ -215,7 +215,7 @@ impl Endpoint {
         inc.bytes_received += new;
         self.grants.unsettle();
         self.metrics.data_bytes_received += new as u64;
-        self.grants.track(old_outstanding, inc.outstanding());
+        self.grants.track(old_owed, inc.owed());
         if inc.complete() {
             self.finish_incoming(now, key);
             return;
@@ -327,7 +327,7 @@ impl Endpoint {
         let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         let inc = rpc.inc.as_mut().unwrap();
-        self.grants.add(inc.outstanding());
+        self.grants.add(inc.owed());
         self.grants.unsettle();
         // Under `GrantPolicy::EveryMessage` no message is ranked: each is
         // granted as its own packets arrive (`handle_data`).
@@ -367,7 +367,10 @@ impl Endpoint {
             if inc.waiting_for_pool {
                 self.pool_waiters.remove(&(inc.len, birth, key));
             }
-            self.grants.remove(inc.outstanding());
+            if inc.alloc.is_some() {
+                // Only a message with pool space was counted (`after_alloc`).
+                self.grants.remove(inc.owed());
+            }
             if let Some(alloc) = inc.alloc {
                 self.pool.release(alloc);
             }
@@ -381,7 +384,7 @@ impl Endpoint {
         // Take only what is needed; dropping the rest in place spares
         // copying the whole (112-byte) InMsg out.
         let inc = rpc.inc.as_mut().unwrap();
-        self.grants.remove(inc.outstanding());
+        self.grants.remove(inc.owed());
         self.grants.unsettle();
         if let Some((progress, serial)) = inc.partial.take() {
             // Its reader has the bytes already; the engine's allocation goes.
@@ -545,10 +548,28 @@ impl Endpoint {
                 .max()
                 .unwrap_or(0);
             self.grants.cap_for_window(widest);
+            if self.grants.budget() > 0 {
+                let pipe = self.pipe_of(&top);
+                self.grants.cap_for_budget(pipe);
+            }
         }
         let competing = self.grants.grantable() > k;
+        // Under a downlink budget every grant goes at the top scheduled
+        // level: the budget keeps the downlink queue short, so SRPT is the
+        // order of the grants themselves; with a level per rank, bytes
+        // granted to a message at a low level wait behind every later,
+        // shorter message's for as long as those keep coming (a whole
+        // incast), past the resend interval, and their resends then
+        // duplicate them in the queue (docs/congestion.md §9).
+        let one_level = self.grants.budget() > 0;
+        let top_level = self.grants.level(0, 1);
+        let fifo_level = if one_level { top_level } else { 0 };
         for (rank, &key) in top.iter().enumerate() {
-            let level = self.grants.level(rank, n);
+            let level = if one_level {
+                top_level
+            } else {
+                self.grants.level(rank, n)
+            };
             let granted = self.grant_one(key, level, false);
             any |= granted > 0;
             if competing {
@@ -567,7 +588,7 @@ impl Endpoint {
             if top.contains(&oldest) {
                 // The oldest is already being served; don't let credit pile up.
                 self.grants.clear_fifo();
-            } else if idle && self.grant_one(oldest, 0, true) > 0 {
+            } else if idle && self.grant_one(oldest, fifo_level, true) > 0 {
                 self.grants.spend_fifo();
                 any = true;
             }
@@ -575,6 +596,42 @@ impl Endpoint {
         self.grants.return_top(top);
         self.grants.settle(any);
         any
+    }
+
+    /// The bytes the messages `top` (SRPT order) keep on their paths
+    /// rather than in the queue at our downlink, under the downlink budget:
+    /// in rank order, each message takes the share of the link its window
+    /// (or its remaining bytes, if fewer) fills over its peer's
+    /// bandwidth-delay product, until the shares make the whole link; its
+    /// pipe is that share of its BDP. One near message with a full window
+    /// fills the link with one near BDP, and every byte granted beyond it
+    /// to others waits in the queue; a far message's pipe is its longer BDP.
+    fn pipe_of(&self, top: &[RpcKey]) -> u64 {
+        const ONE: u64 = 1 << 16;
+        let params = self.derived.windows();
+        let mut left = ONE;
+        let mut pipe = 0u64;
+        for &key in top {
+            if left == 0 {
+                break;
+            }
+            let rpc = &self.rpcs[key];
+            let Some(inc) = rpc.inc.as_ref() else {
+                continue;
+            };
+            let pk = rpc.peer_key;
+            let bdp = match self.peers.path(pk).rtt.min() {
+                Some(m) => params.bdp(m),
+                None => params.static_grant(),
+            } as u64;
+            let need = (self.grant_window_of(pk) as u64)
+                .min((inc.len - inc.bytes_received) as u64)
+                .min(bdp);
+            let share = (need * ONE / bdp.max(1)).min(left);
+            pipe += share * bdp / ONE;
+            left -= share;
+        }
+        pipe
     }
 
     /// Raises one message's grant by up to a window; returns the bytes granted.
@@ -622,10 +679,10 @@ impl Endpoint {
     fn raise_grant(&mut self, key: RpcKey, target: u32, priority: u8) -> u32 {
         let inc = self.rpcs[key].inc.as_mut().unwrap();
         let delta = target - inc.granted;
-        let old = inc.outstanding();
+        let old = inc.owed();
         inc.granted = target;
         inc.priority = priority;
-        self.grants.track(old, inc.outstanding());
+        self.grants.track(old, inc.owed());
         self.metrics.granted_bytes += delta as u64;
         // One GRANT in the queue per message at a time: it carries whatever
         // the grant is when it is sent, so a burst of arrivals (a GRO batch)

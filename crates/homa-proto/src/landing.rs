@@ -54,6 +54,9 @@ impl Endpoint {
         if self.is_shut_down() || self.config.require_checksum || self.config.discard_payload {
             return None;
         }
+        if head.get(1) == Some(&(PacketType::StreamData as u8)) {
+            return self.stream_landing_site(from, head, datagram_len);
+        }
         let (c, h, len) = wire::decode_data_head(head, datagram_len).ok()?;
         let key = self.lookup(self.peers.find(from), &c)?;
         let rpc = self.rpcs.get(key)?;
@@ -82,6 +85,9 @@ impl Endpoint {
         self.metrics.bytes_received += datagram_len as u64;
         if self.is_shut_down() {
             return;
+        }
+        if head.get(1) == Some(&(PacketType::StreamData as u8)) {
+            return self.handle_stream_landed(now, from, head, datagram_len);
         }
         let Ok((c, h, len)) = wire::decode_data_head(head, datagram_len) else {
             self.metrics.drop(DropReason::Malformed);

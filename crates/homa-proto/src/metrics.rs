@@ -76,10 +76,10 @@ impl DropReason {
 pub struct Metrics {
     /// Packets sent, per type (indexed by [`PacketType::index`]; read with
     /// [`Self::sent`]).
-    pub packets_sent: [u64; 8],
+    pub packets_sent: [u64; PacketType::COUNT],
     /// Packets received that decoded, per type (indexed by
     /// [`PacketType::index`]; read with [`Self::received`]).
-    pub packets_received: [u64; 8],
+    pub packets_received: [u64; PacketType::COUNT],
     /// Datagram bytes (UDP payload, headers and padding included) handed to
     /// the driver.
     pub bytes_sent: u64,
@@ -148,6 +148,14 @@ pub struct Metrics {
     /// On-Ramp: messages parked outside the send queue because their
     /// destination was held (a message parked by two holds counts twice).
     pub onramp_parked: u64,
+    /// Streams opened here or by peers.
+    pub streams_opened: u64,
+    /// Streams that ended early (reset, timeout, shutdown).
+    pub streams_failed: u64,
+    /// Stream payload bytes sent (retransmissions included).
+    pub stream_bytes_sent: u64,
+    /// Stream payload bytes received that were new.
+    pub stream_bytes_received: u64,
 }
 
 impl Metrics {
@@ -207,6 +215,10 @@ impl Metrics {
             ("onramp_holds", self.onramp_holds),
             ("onramp_held_ns", self.onramp_held_ns),
             ("onramp_parked", self.onramp_parked),
+            ("streams_opened", self.streams_opened),
+            ("streams_failed", self.streams_failed),
+            ("stream_bytes_sent", self.stream_bytes_sent),
+            ("stream_bytes_received", self.stream_bytes_received),
         ];
         v.extend(plain.iter().map(|(n, x)| (n.to_string(), *x)));
         v

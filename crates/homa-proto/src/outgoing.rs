@@ -58,15 +58,15 @@ impl Burst {
 pub(crate) struct Split {
     /// Inside `poll_transmit_split`: DATA payloads are handed back, not
     /// copied into the caller's buffer.
-    on: bool,
+    pub(crate) on: bool,
     /// The payload handed back.
-    payload: Option<bytes::Bytes>,
+    pub(crate) payload: Option<bytes::Bytes>,
 }
 
 /// Payloads up to this long are copied into the packet by
 /// [`Endpoint::poll_transmit_split`] when they end their message, instead
 /// of being returned as a handle (see there).
-const WHOLE_MAX_PAYLOAD: usize = 512;
+pub(crate) const WHOLE_MAX_PAYLOAD: usize = 512;
 
 /// The priority of a first transmission of `out`'s packet at `offset`: the
 /// unscheduled level for the unscheduled bytes (and an empty message), the
@@ -137,7 +137,7 @@ impl Endpoint {
     /// See [`crate::driver::FastPath::may_transmit`].
     #[inline]
     pub(crate) fn may_transmit(&self) -> bool {
-        !self.control.is_empty() || !self.sends.is_empty()
+        !self.control.is_empty() || !self.sends.is_empty() || self.streams.has_ready()
     }
 
     /// Writes the next datagram to send into `buf` (cleared first), or returns
@@ -160,6 +160,12 @@ impl Endpoint {
                 }
                 self.metrics.grants_sent += 1;
             }
+            if let ControlBody::StreamCreditFor { probe, ask } = c.body {
+                match self.resolve_stream_credit(now, &c, probe, ask) {
+                    Some(body) => c.body = body,
+                    None => continue,
+                }
+            }
             let ptype = self.encode_control(now, &c, pk, buf);
             if let ControlBody::Cutoffs = c.body {
                 if let Some(k) = self.peers.find(c.dest) {
@@ -180,6 +186,15 @@ impl Endpoint {
                 self.sends.pop_retx();
             }
         }
+        if self.streams.has_ready() {
+            let head = self
+                .sends
+                .head()
+                .map(|k| self.out_msg(k).remaining() as u64);
+            if let Some(t) = self.poll_stream(now, pacer_open, head, buf) {
+                return Some(t);
+            }
+        }
         let Choice {
             key,
             first,
@@ -189,6 +204,7 @@ impl Endpoint {
             self.sends.spend_fifo_turn();
         }
         let t = self.send_chosen(now, key, first, false, buf);
+        self.streams.owe(t.len);
         self.sends.set_last_new(key);
         Some(t)
     }
@@ -240,7 +256,7 @@ impl Endpoint {
     /// retransmission comes first, `key` still heads the SRPT order and the
     /// FIFO share does not pick another message, and the pacer lets it go.
     fn burst_continues(&self, now: Time, key: RpcKey) -> bool {
-        if !self.control.is_empty() {
+        if !self.control.is_empty() || self.streams.has_ready() {
             return false;
         }
         let pacer_open = self.pacer.is_open(now);
@@ -344,7 +360,7 @@ impl Endpoint {
     }
 
     /// Updates counters and the NIC queue model for a packet about to leave.
-    fn account(
+    pub(crate) fn account(
         &mut self,
         now: Time,
         ptype: PacketType,
@@ -516,7 +532,11 @@ impl Endpoint {
                     self.requeue_out(key);
                 }
             }
-            _ => self.unqueue_out(key),
+            _ => {
+                // Sent all it may (waits for a grant, or is done).
+                out.stalled_at = now;
+                self.unqueue_out(key)
+            }
         }
         t
     }
@@ -560,7 +580,12 @@ impl Endpoint {
         let new = g.offset.min(out.len);
         if self.derived.adaptive() && new > out.granted && !out.sendable() {
             // It had sent all it was granted: it waited for this grant.
-            self.peers.path_mut(rpc.peer_key).unsched.on_wait();
+            let waited = now.saturating_sub(out.stalled_at);
+            let first = out.granted == out.unsched;
+            self.peers
+                .path_mut(rpc.peer_key)
+                .unsched
+                .on_wait(waited, first);
         }
         if new > out.granted {
             out.granted = new;

@@ -50,6 +50,8 @@ pub(crate) struct OutMsg {
     pub(crate) queued: Option<u32>,
     /// A zero-length message still takes one (empty) DATA packet.
     pub(crate) zero_sent: bool,
+    /// When it last sent all it was granted (then waited for a grant).
+    pub(crate) stalled_at: Time,
 }
 
 impl OutMsg {
@@ -67,6 +69,7 @@ impl OutMsg {
             retx: None,
             queued: None,
             zero_sent: false,
+            stalled_at: 0,
         }
     }
     /// Has bytes it may transmit for the first time.
@@ -144,6 +147,16 @@ impl InMsg {
     pub(crate) fn outstanding(&self) -> u64 {
         self.granted
             .saturating_sub(self.bytes_received.max(self.unsched)) as u64
+    }
+    /// What the message owes the receiver's grant accounting:
+    /// ([`Self::outstanding`], the bytes still to arrive of those granted
+    /// or unscheduled).
+    #[inline(always)]
+    pub(crate) fn owed(&self) -> (u64, u64) {
+        (
+            self.outstanding(),
+            self.granted.saturating_sub(self.bytes_received) as u64,
+        )
     }
     /// The first missing byte range below `limit`, if any.
     pub(crate) fn first_gap(&self, limit: u32) -> Option<(u32, u32)> {

@@ -107,6 +107,7 @@ impl Endpoint {
         self.note_time(now);
         self.run_deferred(now);
         self.onramp_release(now);
+        self.stream_timers(now);
         if !self.ticker.start(now) {
             return;
         }

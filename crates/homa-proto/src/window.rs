@@ -1,8 +1,9 @@
 //! Seed 003's per-peer windows under `WindowPolicy::Adaptive`
 //! (`docs/congestion.md`): the receiver's grant window from the peer's
 //! `rtt_min`, and the sender's unscheduled window, cut when the peer is
-//! congested and grown back while it is not. Under static windows, the
-//! default, only [`WindowParams`]' static values are read.
+//! congested (or, with a downlink budget, rations its grants) and grown
+//! back while it is not. Under static windows, the default, only
+//! [`WindowParams`]' static values are read.
 
 use crate::config::Config;
 use crate::rtt::RttEstimator;
@@ -28,6 +29,14 @@ pub(crate) struct WindowParams {
     ratio_permille: u32,
     /// `Config::grant_covers_foreign_queue`.
     cover_foreign_queue: bool,
+    /// `Config::unsched_cut_when_rationed`, with a downlink budget.
+    cut_when_rationed: bool,
+    /// With a downlink budget, the most unscheduled bytes of one message:
+    /// the budget in whole packets (links alike: the peer's receiver lets
+    /// no more than that queue at its downlink, and a far peer's BDP,
+    /// 277–514 KB in the simulator's rtt-mix, would send up to several
+    /// budgets in one burst that no grant controls). 0: no budget.
+    unsched_cap: u32,
 }
 
 impl WindowParams {
@@ -45,6 +54,12 @@ impl WindowParams {
             grant_factor: config.rtt_grant_factor,
             ratio_permille: config.unsched_ratio_permille,
             cover_foreign_queue: config.grant_covers_foreign_queue,
+            cut_when_rationed: config.unsched_cut_when_rationed
+                && config.effective_downlink_budget() > 0,
+            unsched_cap: match config.effective_downlink_budget() {
+                0 => 0,
+                b => (b / dpp * dpp).max(dpp),
+            },
         }
     }
 
@@ -120,6 +135,12 @@ impl WindowParams {
     }
 }
 
+/// A message that waits for its first grant longer than this many
+/// smoothed RTTs after its unscheduled bytes was rationed by its receiver
+/// (`UnschedWindow::update`): unrationed, the first grant comes about one
+/// RTT after the first packet, when a BDP of unscheduled bytes is out.
+pub(crate) const RATIONED_RTTS: u64 = 2;
+
 /// The share (per mille of `link_bps`) of DATA payload at which a
 /// receiver's link counts as busy with its own traffic
 /// ([`WindowParams::foreign_queue_ns`]): full packets carry 94-97% payload.
@@ -165,6 +186,10 @@ pub(crate) enum WindowChange {
     /// Halved: the peer asked us to resend bytes we had sent (a loss, or
     /// a delay beyond its resend interval).
     CutLoss,
+    /// Halved: a message to the peer waited for its first grant more
+    /// than [`RATIONED_RTTS`] smoothed RTTs: the receiver is rationing
+    /// its downlink (`Config::unsched_cut_when_rationed`).
+    CutRationed,
     /// Grown by a packet, or set to the bandwidth-delay product.
     Grown,
 }
@@ -195,6 +220,12 @@ pub(crate) struct UnschedWindow {
     /// the RTT can rise to the congestion threshold (a 256 KB buffer
     /// drains in 82 µs at 25 Gbps, under 8 × most paths' `rtt_min`).
     lost: bool,
+    /// The longest a message started to the peer waited for its first
+    /// grant after its unscheduled bytes, since `changed_at`: a receiver
+    /// that serves others first (its downlink budget full) makes it wait
+    /// longer than a round trip, and unscheduled bytes sent to it then
+    /// only queue at its downlink.
+    first_wait_ns: u64,
 }
 
 impl UnschedWindow {
@@ -215,10 +246,14 @@ impl UnschedWindow {
         self.started_unsched += unsched as u64;
     }
 
-    /// A message to the peer waited for grants.
+    /// A message to the peer waited `ns` for a grant (`first`: its first
+    /// one, after its unscheduled bytes).
     #[inline]
-    pub fn on_wait(&mut self) {
+    pub fn on_wait(&mut self, ns: u64, first: bool) {
         self.waited = true;
+        if first {
+            self.first_wait_ns = self.first_wait_ns.max(ns);
+        }
     }
 
     /// The peer asked for bytes again that were sent.
@@ -242,7 +277,10 @@ impl UnschedWindow {
         p: &WindowParams,
     ) -> Option<WindowChange> {
         let min = rtt.min()?;
-        let ceiling = p.bdp(min);
+        let ceiling = match p.unsched_cap {
+            0 => p.bdp(min),
+            cap => p.bdp(min).min(cap),
+        };
         if self.bytes == 0 {
             self.bytes = ceiling;
             self.restart(now);
@@ -255,17 +293,25 @@ impl UnschedWindow {
         let low_ratio = self.waited
             && self.started > 0
             && self.started_unsched * 1000 < self.started * p.ratio_permille as u64;
-        let change = if rtt.congested() || low_ratio || self.lost {
+        let rationed =
+            p.cut_when_rationed && self.first_wait_ns > RATIONED_RTTS * rtt.srtt().max(min) as u64;
+        let change = if rtt.congested() || low_ratio || self.lost || rationed {
             let half = (self.bytes / 2) / p.dpp * p.dpp;
             self.bytes = half.max(p.dpp);
             Some(if rtt.congested() {
                 WindowChange::CutCongested
             } else if low_ratio {
                 WindowChange::CutRatio
-            } else {
+            } else if self.lost {
                 WindowChange::CutLoss
+            } else {
+                WindowChange::CutRationed
             })
-        } else if self.bytes < ceiling {
+        } else if self.bytes < ceiling && (!p.cut_when_rationed || self.started > 0) {
+            // Under the rationing rule, only a window that new messages
+            // used (and found their receiver not rationing) grows: a
+            // message's later grants come once its receiver serves it, and
+            // say nothing about the next message's unscheduled bytes.
             self.bytes = (self.bytes + p.dpp).min(ceiling);
             Some(WindowChange::Grown)
         } else {
@@ -282,6 +328,7 @@ impl UnschedWindow {
         self.started_unsched = 0;
         self.waited = false;
         self.lost = false;
+        self.first_wait_ns = 0;
     }
 }
 
@@ -292,6 +339,12 @@ mod tests {
     /// 25 Gbps, 1416-byte packets: 10 µs is 31,250 bytes, 23 packets.
     fn params() -> WindowParams {
         WindowParams::new(&Config::default())
+    }
+
+    /// The same with seed 003's rules alone (no downlink budget, so no
+    /// rationing rule: the window grows whether or not messages start).
+    fn seed_params() -> WindowParams {
+        WindowParams::new(&Config::default().with_downlink_budget(Some(0)))
     }
 
     #[test]
@@ -369,7 +422,7 @@ mod tests {
 
     #[test]
     fn halves_under_congestion_and_grows_back_a_packet_per_rtt() {
-        let p = params();
+        let p = seed_params();
         let mut w = UnschedWindow::default();
         let mut e = RttEstimator::default();
         assert_eq!(w.get(&p), p.static_unsched());
@@ -416,20 +469,20 @@ mod tests {
         assert_eq!(w.update(20_000, &e, &p), None);
         // 30% unscheduled and a message waited: cut.
         w.on_message(100_000, 30_000);
-        w.on_wait();
+        w.on_wait(0, false);
         sampled(&mut e, 40_000, 10_000);
         assert_eq!(w.update(40_000, &e, &p), Some(WindowChange::CutRatio));
         assert_eq!(w.get(&p), full / 2 / 1416 * 1416);
         // 50% unscheduled with waiting: grows.
         w.on_message(100_000, 50_000);
-        w.on_wait();
+        w.on_wait(0, false);
         sampled(&mut e, 60_000, 10_000);
         assert_eq!(w.update(60_000, &e, &p), Some(WindowChange::Grown));
     }
 
     #[test]
     fn halves_after_a_loss_once_per_rtt() {
-        let p = params();
+        let p = seed_params();
         let mut w = UnschedWindow::default();
         let mut e = RttEstimator::default();
         sampled(&mut e, 0, 10_000);
@@ -448,9 +501,76 @@ mod tests {
         assert_eq!(w.update(20_000, &e, &p), Some(WindowChange::Grown));
     }
 
+    /// With a downlink budget (the default's derived one), a message that
+    /// waited for its first grant more than two smoothed RTTs halves the
+    /// window at the next sample an RTT on; a shorter wait does not; the
+    /// window grows back only while new messages start to the peer; and
+    /// it is never above the budget.
+    #[test]
+    fn a_long_wait_for_the_first_grant_halves_the_window() {
+        let p = params();
+        let mut w = UnschedWindow::default();
+        let mut e = RttEstimator::default();
+        sampled(&mut e, 0, 10_000);
+        w.update(0, &e, &p);
+        let full = w.get(&p);
+        // 15 µs for the first grant (under 2 × 10 µs): no cut, and no
+        // message started, so no growth either.
+        w.on_message(64_000, full);
+        w.on_wait(15_000, true);
+        sampled(&mut e, 20_000, 10_000);
+        assert_eq!(w.update(20_000, &e, &p), None);
+        // A later grant's wait says nothing about the unscheduled bytes.
+        w.on_message(64_000, full);
+        w.on_wait(500_000, false);
+        sampled(&mut e, 40_000, 10_000);
+        assert_eq!(w.update(40_000, &e, &p), None);
+        // 500 µs for the first grant: the receiver rationed.
+        w.on_message(64_000, full);
+        w.on_wait(500_000, true);
+        sampled(&mut e, 60_000, 10_000);
+        assert_eq!(w.update(60_000, &e, &p), Some(WindowChange::CutRationed));
+        assert_eq!(w.get(&p), full / 2 / 1416 * 1416);
+        let cut = w.get(&p);
+        // No new message: no growth, however many samples.
+        for i in 1..10 {
+            sampled(&mut e, 60_000 + i * 20_000, 10_000);
+            assert_eq!(w.update(60_000 + i * 20_000, &e, &p), None);
+        }
+        assert_eq!(w.get(&p), cut);
+        // A new message that got its grant in time: a packet more.
+        w.on_message(64_000, cut);
+        sampled(&mut e, 300_000, 10_000);
+        assert_eq!(w.update(300_000, &e, &p), Some(WindowChange::Grown));
+        assert_eq!(w.get(&p), cut + 1416);
+        // The window is at most the downlink budget (67 packets), however
+        // long the path: 40 µs is 89 packets at 25 Gbps.
+        let mut far = UnschedWindow::default();
+        let mut e = RttEstimator::default();
+        sampled(&mut e, 0, 40_000);
+        far.update(0, &e, &p);
+        assert_eq!(p.bdp(40_000), 89 * 1416);
+        assert_eq!(far.get(&p), 67 * 1416);
+        assert_eq!(seed_params().bdp(40_000), 89 * 1416);
+        // Off: the long wait cuts nothing, and the window grows without
+        // new messages (seed 003's rules alone).
+        let off = WindowParams::new(&Config::default().with_unsched_cut_when_rationed(false));
+        let no_budget = WindowParams::new(&Config::default().with_downlink_budget(Some(0)));
+        for p in [off, no_budget] {
+            let mut w = UnschedWindow::default();
+            let mut e = RttEstimator::default();
+            sampled(&mut e, 0, 10_000);
+            w.update(0, &e, &p);
+            w.bytes = 1416;
+            w.on_wait(500_000, true);
+            sampled(&mut e, 20_000, 10_000);
+            assert_eq!(w.update(20_000, &e, &p), Some(WindowChange::Grown));
+        }
+    }
+
     #[test]
     fn a_shorter_path_clamps_the_window_at_once() {
-        let p = params();
+        let p = seed_params();
         let mut w = UnschedWindow::default();
         let mut e = RttEstimator::default();
         sampled(&mut e, 0, 40_000);

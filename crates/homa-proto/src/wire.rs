@@ -20,7 +20,7 @@
 use thiserror::Error;
 
 /// Wire-format version carried in the first byte of every packet.
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Bytes of the header shared by every packet type.
 pub const COMMON_HEADER_LEN: usize = 32;
 /// Bytes of the DATA-specific header that follows the common header.
@@ -44,6 +44,24 @@ pub const MAX_DATA_PAD: usize = u8::MAX as usize;
 const GRANT_BODY_LEN: usize = 8;
 const RESEND_BODY_LEN: usize = 12;
 const CUTOFFS_BODY_LEN: usize = 4 + 4 * MAX_PRIORITIES;
+/// STREAM_DATA's header after the common header (payload follows).
+pub const STREAM_DATA_HEADER_LEN: usize = 32;
+/// A STREAM_DATA packet's bytes besides its payload.
+pub const STREAM_DATA_OVERHEAD: usize = COMMON_HEADER_LEN + STREAM_DATA_HEADER_LEN;
+const STREAM_CREDIT_BODY_LEN: usize = 32;
+const STREAM_RESET_BODY_LEN: usize = 8;
+/// Where STREAM_DATA declares its payload's length.
+const STREAM_PAYLOAD_LEN_AT: usize = COMMON_HEADER_LEN + 24;
+/// Stream offsets are below 2^62: far beyond any stream's life (146 years
+/// at 1 Tbit/s), and sums of two never overflow.
+pub const MAX_STREAM_OFFSET: u64 = 1 << 62;
+const STREAM_FIN: u8 = 0x02;
+/// Where STREAM_DATA declares how many message ends it lists.
+const STREAM_ENDS_AT: usize = COMMON_HEADER_LEN + 27;
+/// Most message ends one STREAM_DATA lists (its count is a byte).
+pub const MAX_STREAM_ENDS: usize = u8::MAX as usize;
+const CREDIT_PROBE: u8 = 0x01;
+const CREDIT_FIN_RECEIVED: u8 = 0x02;
 /// Offset of a DATA packet's `payload_length` (u16) from the packet's start.
 /// A u16 suffices: `Config` caps packets at 65,000 bytes.
 const PAYLOAD_LEN_AT: usize = COMMON_HEADER_LEN + 14;
@@ -74,11 +92,17 @@ pub enum PacketType {
     NeedAck = 7,
     /// A client lists finished RPCs whose server state may be freed.
     Ack = 8,
+    /// A contiguous range of one direction of a stream (version 5).
+    StreamData = 9,
+    /// A stream's reader: credit, what arrived, what to send again.
+    StreamCredit = 10,
+    /// "This stream is over": cancelled, unknown, or refused.
+    StreamReset = 11,
 }
 
 impl PacketType {
     /// Every packet type, in wire-value order.
-    pub const ALL: [PacketType; 8] = [
+    pub const ALL: [PacketType; 11] = [
         PacketType::Data,
         PacketType::Grant,
         PacketType::Resend,
@@ -87,7 +111,13 @@ impl PacketType {
         PacketType::Cutoffs,
         PacketType::NeedAck,
         PacketType::Ack,
+        PacketType::StreamData,
+        PacketType::StreamCredit,
+        PacketType::StreamReset,
     ];
+
+    /// How many packet types there are (the length of per-type counters).
+    pub const COUNT: usize = Self::ALL.len();
 
     /// Dense index 0..8, for per-type counters.
     pub fn index(self) -> usize {
@@ -105,6 +135,9 @@ impl PacketType {
             PacketType::Cutoffs => "cutoffs",
             PacketType::NeedAck => "need_ack",
             PacketType::Ack => "ack",
+            PacketType::StreamData => "stream_data",
+            PacketType::StreamCredit => "stream_credit",
+            PacketType::StreamReset => "stream_reset",
         }
     }
 
@@ -183,6 +216,100 @@ pub struct Cutoffs {
     pub cutoffs: [u32; MAX_PRIORITIES],
 }
 
+/// STREAM_DATA: bytes `[offset, offset + payload)` of one direction of a
+/// stream, plus what the sender says about the other direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamDataHeader {
+    /// Offset of the payload in this direction's byte sequence.
+    pub offset: u64,
+    /// Credit for the reverse direction: the peer may send every byte of
+    /// it below this offset (0: none stated).
+    pub rev_credit: u64,
+    /// The first byte of the reverse direction the sender has not yet
+    /// received in order: an acknowledgement of everything before it.
+    pub rev_received: u64,
+    /// This direction ends after the payload.
+    pub fin: bool,
+}
+
+/// The message ends a STREAM_DATA lists: positions in its payload (1 ..=
+/// its length, ascending) after which a stream message ends. Decoded
+/// lazily from the packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamEnds<'a> {
+    raw: &'a [u8],
+}
+
+impl<'a> StreamEnds<'a> {
+    /// The ends in `raw` (4 bytes each, little-endian), as decoded.
+    pub(crate) fn from_raw(raw: &'a [u8]) -> StreamEnds<'a> {
+        StreamEnds { raw }
+    }
+
+    /// How many ends.
+    pub fn len(&self) -> usize {
+        self.raw.len() / 4
+    }
+    /// Whether no message ends in the packet.
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+    /// The ends, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + 'a {
+        self.raw
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+    }
+}
+
+/// STREAM_CREDIT: the reader of one direction of a stream tells its writer
+/// how far it may send and what arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamCredit {
+    /// The writer may send every byte below this offset.
+    pub credit: u64,
+    /// Every byte below this offset arrived (an acknowledgement).
+    pub received: u64,
+    /// When non-zero: send `[received, resend_end)` again (bytes are
+    /// missing there); always above `received`.
+    pub resend_end: u64,
+    /// The sender wants a STREAM_CREDIT back (it has heard nothing for a
+    /// while): a loss probe and a keep-alive.
+    pub probe: bool,
+    /// The direction's end (FIN) arrived, after every byte.
+    pub fin_received: bool,
+}
+
+/// Why a stream was reset (STREAM_RESET's reason byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ResetReason {
+    /// The application at the sender cancelled the stream.
+    Cancelled = 1,
+    /// The sender has no such stream (it never had it, or it is gone).
+    Unknown = 2,
+    /// The sender cannot take another stream (its limit).
+    Refused = 3,
+    /// The sender's endpoint shut down.
+    Shutdown = 4,
+    /// The sender gave up: it heard the peer but the stream made no
+    /// progress for the RPC timeout (the peer lost its state).
+    Stuck = 5,
+}
+
+impl ResetReason {
+    fn from_u8(v: u8) -> Option<ResetReason> {
+        Some(match v {
+            1 => ResetReason::Cancelled,
+            2 => ResetReason::Unknown,
+            3 => ResetReason::Refused,
+            4 => ResetReason::Shutdown,
+            5 => ResetReason::Stuck,
+            _ => return None,
+        })
+    }
+}
+
 /// Body of a packet to encode.
 #[derive(Clone, Copy, Debug)]
 pub enum Body<'a> {
@@ -208,6 +335,21 @@ pub enum Body<'a> {
     NeedAck,
     /// Ids of completed RPCs; at most [`MAX_ACKS_PER_PACKET`].
     Ack(&'a [u64]),
+    /// A STREAM_DATA packet.
+    StreamData {
+        /// Its STREAM_DATA header fields.
+        header: StreamDataHeader,
+        /// Positions in the payload after which a message ends (1..=its
+        /// length, ascending; at most [`MAX_STREAM_ENDS`]).
+        ends: &'a [u32],
+        /// The stream bytes it carries; [`encode_headers`] does not append
+        /// them but still checksums them.
+        payload: &'a [u8],
+    },
+    /// A STREAM_CREDIT packet.
+    StreamCredit(StreamCredit),
+    /// A STREAM_RESET packet.
+    StreamReset(ResetReason),
 }
 
 impl Body<'_> {
@@ -222,6 +364,9 @@ impl Body<'_> {
             Body::Cutoffs(_) => PacketType::Cutoffs,
             Body::NeedAck => PacketType::NeedAck,
             Body::Ack(_) => PacketType::Ack,
+            Body::StreamData { .. } => PacketType::StreamData,
+            Body::StreamCredit(_) => PacketType::StreamCredit,
+            Body::StreamReset(_) => PacketType::StreamReset,
         }
     }
 }
@@ -250,6 +395,19 @@ pub enum Packet<'a> {
     NeedAck,
     /// An ACK packet's ids.
     Ack(AckList<'a>),
+    /// A STREAM_DATA packet.
+    StreamData {
+        /// Its STREAM_DATA header fields.
+        header: StreamDataHeader,
+        /// The message ends it lists.
+        ends: StreamEnds<'a>,
+        /// Its payload, borrowed from the datagram.
+        payload: &'a [u8],
+    },
+    /// A STREAM_CREDIT packet.
+    StreamCredit(StreamCredit),
+    /// A STREAM_RESET packet.
+    StreamReset(ResetReason),
 }
 
 impl Packet<'_> {
@@ -264,6 +422,9 @@ impl Packet<'_> {
             Packet::Cutoffs(_) => PacketType::Cutoffs,
             Packet::NeedAck => PacketType::NeedAck,
             Packet::Ack(_) => PacketType::Ack,
+            Packet::StreamData { .. } => PacketType::StreamData,
+            Packet::StreamCredit(_) => PacketType::StreamCredit,
+            Packet::StreamReset(_) => PacketType::StreamReset,
         }
     }
 }
@@ -312,7 +473,7 @@ pub enum DecodeError {
     /// The first byte (the value) is not [`VERSION`].
     #[error("unsupported wire-format version {0}")]
     BadVersion(u8),
-    /// The type byte (the value) is not a [`PacketType`], 1..=8.
+    /// The type byte (the value) is not a [`PacketType`], 1..=11.
     #[error("unknown packet type {0}")]
     UnknownType(u8),
     /// Unknown flag bits are set (the value is the flags byte), or a reserved
@@ -351,6 +512,12 @@ pub enum DecodeError {
     /// The RPC id is 0, which no RPC has.
     #[error("RPC id 0 is reserved")]
     ZeroRpcId,
+    /// A stream field is out of range: an offset at or above
+    /// [`MAX_STREAM_OFFSET`], an empty STREAM_DATA without FIN, a message
+    /// end on an empty payload, a resend range that ends at or below its
+    /// start, or an unknown reset reason.
+    #[error("stream field out of range")]
+    BadStreamField,
     /// [`decode_data_head`] only: not a DATA packet, or one whose padding or
     /// checksum needs its payload's bytes (not malformed: decode it whole).
     #[error("not a DATA packet whose payload can be received elsewhere")]
@@ -490,6 +657,80 @@ pub fn decode(buf: &[u8]) -> Result<Decoded<'_>, DecodeError> {
             exact(8 * buf[ACK_COUNT_AT] as usize)?;
             Packet::Ack(AckList { raw: body })
         }
+        PacketType::StreamData => {
+            if body.len() < STREAM_DATA_HEADER_LEN {
+                return Err(DecodeError::Truncated(buf.len()));
+            }
+            let declared = u16_at(buf, STREAM_PAYLOAD_LEN_AT) as usize;
+            let n_ends = buf[STREAM_ENDS_AT] as usize;
+            exact(STREAM_DATA_HEADER_LEN + 4 * n_ends + declared)?;
+            let flags = body[26];
+            if flags & !STREAM_FIN != 0 {
+                return Err(DecodeError::BadFlags(flags));
+            }
+            check_reserved(&body[28..32])?;
+            let header = StreamDataHeader {
+                offset: u64_at(body, 0),
+                rev_credit: u64_at(body, 8),
+                rev_received: u64_at(body, 16),
+                fin: flags & STREAM_FIN != 0,
+            };
+            let ends = StreamEnds {
+                raw: &body[STREAM_DATA_HEADER_LEN..STREAM_DATA_HEADER_LEN + 4 * n_ends],
+            };
+            let end = header.offset.saturating_add(declared as u64);
+            // Ends ascend strictly within 1..=len; an empty packet is a
+            // FIN alone.
+            let mut prev = 0u32;
+            let ends_ok = ends.iter().all(|e| {
+                let ok = e > prev && e as usize <= declared;
+                prev = e;
+                ok
+            });
+            if end >= MAX_STREAM_OFFSET
+                || header.rev_credit >= MAX_STREAM_OFFSET
+                || header.rev_received >= MAX_STREAM_OFFSET
+                || (declared == 0 && !header.fin)
+                || !ends_ok
+            {
+                return Err(DecodeError::BadStreamField);
+            }
+            let at = STREAM_DATA_HEADER_LEN + 4 * n_ends;
+            let payload = &body[at..at + declared];
+            Packet::StreamData {
+                header,
+                ends,
+                payload,
+            }
+        }
+        PacketType::StreamCredit => {
+            exact(STREAM_CREDIT_BODY_LEN)?;
+            let flags = body[24];
+            if flags & !(CREDIT_PROBE | CREDIT_FIN_RECEIVED) != 0 {
+                return Err(DecodeError::BadFlags(flags));
+            }
+            check_reserved(&body[25..32])?;
+            let credit = StreamCredit {
+                credit: u64_at(body, 0),
+                received: u64_at(body, 8),
+                resend_end: u64_at(body, 16),
+                probe: flags & CREDIT_PROBE != 0,
+                fin_received: flags & CREDIT_FIN_RECEIVED != 0,
+            };
+            if credit.credit >= MAX_STREAM_OFFSET
+                || credit.received >= MAX_STREAM_OFFSET
+                || credit.resend_end >= MAX_STREAM_OFFSET
+                || (credit.resend_end != 0 && credit.resend_end <= credit.received)
+            {
+                return Err(DecodeError::BadStreamField);
+            }
+            Packet::StreamCredit(credit)
+        }
+        PacketType::StreamReset => {
+            exact(STREAM_RESET_BODY_LEN)?;
+            check_reserved(&body[1..8])?;
+            Packet::StreamReset(ResetReason::from_u8(body[0]).ok_or(DecodeError::BadStreamField)?)
+        }
     };
     // Byte 3 is the padding count in DATA only (checked above).
     let pad = if ptype == PacketType::Data {
@@ -600,6 +841,75 @@ pub fn decode_data_head(
     Ok((common, header, declared))
 }
 
+/// The longest headers a driver peeks at to land a payload
+/// (`Endpoint::landing_site`): a STREAM_DATA's with one message end.
+pub const MAX_LANDING_HEAD: usize = STREAM_DATA_OVERHEAD + 4;
+
+/// Decodes the headers of a STREAM_DATA datagram of `datagram_len` bytes
+/// from its first bytes alone (`head`), for a driver that receives the
+/// payload elsewhere: the same checks as [`decode`] except the payload's
+/// own bytes. Returns the headers, the headers' length and the payload's
+/// length. Only packets with at most one message end (whose headers fit
+/// [`MAX_LANDING_HEAD`]) and without a checksum qualify; others are
+/// [`DecodeError::NotLandable`].
+pub fn decode_stream_data_head(
+    head: &[u8],
+    datagram_len: usize,
+) -> Result<(CommonHeader, StreamDataHeader, usize, usize), DecodeError> {
+    if head.len() < STREAM_DATA_OVERHEAD {
+        return Err(DecodeError::Truncated(head.len()));
+    }
+    if head[0] != VERSION {
+        return Err(DecodeError::BadVersion(head[0]));
+    }
+    if head[1] != PacketType::StreamData as u8 {
+        return Err(DecodeError::NotLandable);
+    }
+    let n_ends = head[STREAM_ENDS_AT] as usize;
+    let header_len = STREAM_DATA_OVERHEAD + 4 * n_ends;
+    if n_ends > 1 || head.len() < header_len || u32_at(head, CHECKSUM_RANGE.start) != 0 {
+        return Err(DecodeError::NotLandable);
+    }
+    // The whole decoder's checks on the headers: decode them with an empty
+    // payload standing in for the real one (same length check below).
+    let declared = u16_at(head, STREAM_PAYLOAD_LEN_AT) as usize;
+    exact_body(
+        PacketType::StreamData,
+        datagram_len,
+        STREAM_DATA_HEADER_LEN + 4 * n_ends + declared,
+    )?;
+    let flags = head[2];
+    if flags & !KNOWN_FLAGS != 0 || head[3] != 0 {
+        return Err(DecodeError::BadFlags(flags | head[3]));
+    }
+    let common = common_header(head, flags)?;
+    let body = &head[COMMON_HEADER_LEN..header_len];
+    let sflags = body[26];
+    if sflags & !STREAM_FIN != 0 {
+        return Err(DecodeError::BadFlags(sflags));
+    }
+    check_reserved(&body[28..32])?;
+    let header = StreamDataHeader {
+        offset: u64_at(body, 0),
+        rev_credit: u64_at(body, 8),
+        rev_received: u64_at(body, 16),
+        fin: sflags & STREAM_FIN != 0,
+    };
+    let end_ok = n_ends == 0 || {
+        let e = u32_at(body, STREAM_DATA_HEADER_LEN) as usize;
+        e >= 1 && e <= declared
+    };
+    if header.offset.saturating_add(declared as u64) >= MAX_STREAM_OFFSET
+        || header.rev_credit >= MAX_STREAM_OFFSET
+        || header.rev_received >= MAX_STREAM_OFFSET
+        || (declared == 0 && !header.fin)
+        || !end_ok
+    {
+        return Err(DecodeError::BadStreamField);
+    }
+    Ok((common, header, header_len, declared))
+}
+
 /// The length of the packet at the start of `buf` as its own header
 /// declares it: fixed for most types, 56 + payload_length + padding for DATA,
 /// 32 + 8 × count for ACK. `None` if `buf` is shorter than the bytes
@@ -622,18 +932,31 @@ pub fn packet_len(buf: &[u8]) -> Option<usize> {
         PacketType::RpcUnknown | PacketType::Busy | PacketType::NeedAck => COMMON_HEADER_LEN,
         PacketType::Cutoffs => COMMON_HEADER_LEN + CUTOFFS_BODY_LEN,
         PacketType::Ack => COMMON_HEADER_LEN + 8 * *buf.get(ACK_COUNT_AT)? as usize,
+        PacketType::StreamData => {
+            let at = buf.get(STREAM_PAYLOAD_LEN_AT..STREAM_PAYLOAD_LEN_AT + 2)?;
+            STREAM_DATA_OVERHEAD
+                + 4 * *buf.get(STREAM_ENDS_AT)? as usize
+                + u16::from_le_bytes([at[0], at[1]]) as usize
+        }
+        PacketType::StreamCredit => COMMON_HEADER_LEN + STREAM_CREDIT_BODY_LEN,
+        PacketType::StreamReset => COMMON_HEADER_LEN + STREAM_RESET_BODY_LEN,
     })
 }
 
-/// Whether `buf` starts with a DATA packet of a message longer than the
-/// packet's payload (a multi-packet message). Cheap, no validation beyond
-/// that: for a driver deciding how to receive (e.g. whether UDP GRO pays).
+/// Whether `buf` starts with a packet of a bulk transfer: a DATA packet of
+/// a message longer than the packet's payload (a multi-packet message), or
+/// a STREAM_DATA with a payload. Cheap, no validation beyond that: for a
+/// driver deciding how to receive (whether UDP GRO, or landing, pays).
 #[inline]
 pub fn is_multi_packet_data(buf: &[u8]) -> bool {
     buf.len() >= DATA_PACKET_OVERHEAD
         && buf[0] == VERSION
-        && buf[1] == PacketType::Data as u8
-        && u32_at(buf, COMMON_HEADER_LEN) > u16_at(buf, PAYLOAD_LEN_AT) as u32
+        && (buf[1] == PacketType::Data as u8
+            && u32_at(buf, COMMON_HEADER_LEN) > u16_at(buf, PAYLOAD_LEN_AT) as u32
+            // A stream's data is a bulk transfer too.
+            || buf[1] == PacketType::StreamData as u8
+                && buf.len() >= STREAM_DATA_OVERHEAD
+                && u16_at(buf, STREAM_PAYLOAD_LEN_AT) > 0)
 }
 
 /// The segment size to cut a received datagram into when the kernel did not
@@ -829,6 +1152,57 @@ fn encode_inner(
             for v in c.cutoffs {
                 out.extend_from_slice(&v.to_le_bytes());
             }
+        }
+        Body::StreamData {
+            header,
+            ends,
+            payload,
+        } => {
+            assert!(
+                payload.len() <= u16::MAX as usize,
+                "STREAM_DATA payload too long for one packet"
+            );
+            assert!(ends.len() <= MAX_STREAM_ENDS, "too many message ends");
+            out.extend_from_slice(&h[..COMMON_HEADER_LEN]);
+            out.extend_from_slice(&header.offset.to_le_bytes());
+            out.extend_from_slice(&header.rev_credit.to_le_bytes());
+            out.extend_from_slice(&header.rev_received.to_le_bytes());
+            out.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+            let flags = if header.fin { STREAM_FIN } else { 0 };
+            out.extend_from_slice(&[flags, ends.len() as u8, 0, 0, 0, 0]);
+            for e in ends.iter() {
+                out.extend_from_slice(&e.to_le_bytes());
+            }
+            if with_payload {
+                out.extend_from_slice(payload);
+            }
+            if checksum {
+                let sum = if with_payload {
+                    compute_checksum(&out[start..])
+                } else {
+                    compute_checksum_split(&out[start..], payload)
+                };
+                out[start + CHECKSUM_RANGE.start..start + CHECKSUM_RANGE.end]
+                    .copy_from_slice(&sum.to_le_bytes());
+            }
+            return;
+        }
+        Body::StreamCredit(c) => {
+            out.extend_from_slice(&h[..COMMON_HEADER_LEN]);
+            out.extend_from_slice(&c.credit.to_le_bytes());
+            out.extend_from_slice(&c.received.to_le_bytes());
+            out.extend_from_slice(&c.resend_end.to_le_bytes());
+            let flags = if c.probe { CREDIT_PROBE } else { 0 }
+                | if c.fin_received {
+                    CREDIT_FIN_RECEIVED
+                } else {
+                    0
+                };
+            out.extend_from_slice(&[flags, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        Body::StreamReset(r) => {
+            out.extend_from_slice(&h[..COMMON_HEADER_LEN]);
+            out.extend_from_slice(&[*r as u8, 0, 0, 0, 0, 0, 0, 0]);
         }
         Body::Ack(ids) => {
             out.extend_from_slice(&h[..COMMON_HEADER_LEN]);
@@ -1096,7 +1470,7 @@ mod tests {
             send_time: 0x1817_1615_1413_1211,
             echo_time: 0x2827_2625_2423_2221,
         };
-        let mut header = vec![4, 0, 3, 0, 0, 0, 0, 0];
+        let mut header = vec![5, 0, 3, 0, 0, 0, 0, 0];
         header.extend(1..=8u8);
         header.extend(0x11..=0x18u8);
         header.extend(0x21..=0x28u8);
@@ -1179,6 +1553,67 @@ mod tests {
         let mut ack = with(8, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 0, 0, 0, 0, 0, 0]);
         ack[3] = 2;
         assert_eq!(enc(&c, &Body::Ack(&[0x0807_0605_0403_0201, 9]), false), ack);
+        // STREAM_DATA: offset, reverse credit, reverse received (u64 each),
+        // payload length (u16), flags (FIN 2), count of message ends (u8),
+        // 4 reserved; then the ends (u32 each), then the payload.
+        let sd = StreamDataHeader {
+            offset: 0x0807_0605_0403_0201,
+            rev_credit: 0x100,
+            rev_received: 0x7f,
+            fin: true,
+        };
+        #[rustfmt::skip]
+        let sd_body = [
+            1, 2, 3, 4, 5, 6, 7, 8,
+            0, 1, 0, 0, 0, 0, 0, 0,
+            0x7f, 0, 0, 0, 0, 0, 0, 0,
+            2, 0, 2, 2, 0, 0, 0, 0,
+            1, 0, 0, 0, 2, 0, 0, 0,
+            b'h', b'i',
+        ];
+        let got = enc(
+            &c,
+            &Body::StreamData {
+                header: sd,
+                ends: &[1, 2],
+                payload: b"hi",
+            },
+            false,
+        );
+        assert_eq!(got, with(9, &sd_body));
+        // STREAM_CREDIT: credit, received, resend_end (u64 each), flags
+        // (PROBE 1, FIN_RECEIVED 2), 7 reserved.
+        let sc = StreamCredit {
+            credit: 0x0807_0605_0403_0201,
+            received: 0x10,
+            resend_end: 0x20,
+            probe: false,
+            fin_received: true,
+        };
+        #[rustfmt::skip]
+        let sc_body = [
+            1, 2, 3, 4, 5, 6, 7, 8,
+            0x10, 0, 0, 0, 0, 0, 0, 0,
+            0x20, 0, 0, 0, 0, 0, 0, 0,
+            2, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(enc(&c, &Body::StreamCredit(sc), false), with(10, &sc_body));
+        assert_eq!(
+            enc(&c, &Body::StreamReset(ResetReason::Stuck), false),
+            with(11, &[5, 0, 0, 0, 0, 0, 0, 0])
+        );
+        // Decoding gives the same fields back.
+        match decode(&got).unwrap().packet {
+            Packet::StreamData {
+                header,
+                ends,
+                payload,
+            } => {
+                assert_eq!((header, payload), (sd, &b"hi"[..]));
+                assert_eq!(ends.iter().collect::<Vec<_>>(), [1, 2]);
+            }
+            other => panic!("{other:?}"),
+        }
         // DATA: payload_length is a u16 at 46..48, e.g. 0x0201 bytes.
         let long = vec![7u8; 0x0201];
         let bytes = enc(
@@ -1363,7 +1798,10 @@ mod tests {
                     | PacketType::Ack
                     | PacketType::Grant
                     | PacketType::Resend
-                    | PacketType::Cutoffs => {
+                    | PacketType::Cutoffs
+                    | PacketType::StreamData
+                    | PacketType::StreamCredit
+                    | PacketType::StreamReset => {
                         assert_eq!(got, Err(DecodeError::Truncated(cut)), "{body:?} at {cut}")
                     }
                     PacketType::RpcUnknown | PacketType::Busy | PacketType::NeedAck => {
@@ -1396,8 +1834,8 @@ mod tests {
     #[test]
     fn bad_version() {
         for (body, _) in samples() {
-            // 1, 2, 3: older versions' packets are rejected, not half-understood.
-            for v in [0u8, 1, 2, 3, 5, 0x81, 255] {
+            // 1..=4: older versions' packets are rejected, not half-understood.
+            for v in [0u8, 1, 2, 3, 4, 6, 0x81, 255] {
                 let mut bytes = valid(&body);
                 bytes[0] = v;
                 assert_eq!(decode(&bytes), Err(DecodeError::BadVersion(v)));
@@ -1408,7 +1846,7 @@ mod tests {
     #[test]
     fn unknown_type() {
         let bytes = valid(&Body::Busy);
-        for t in [0u8, 9, 10, 0x80, 255] {
+        for t in [0u8, 12, 13, 0x80, 255] {
             let mut b = bytes.clone();
             b[1] = t;
             assert_eq!(decode(&b), Err(DecodeError::UnknownType(t)));
@@ -1924,12 +2362,12 @@ mod tests {
         assert_eq!(packet_len(&[]), None);
         assert_eq!(packet_len(&[VERSION]), None);
         let busy = valid(&Body::Busy);
-        for v in [0u8, 1, 2, 3, 5, 255] {
+        for v in [0u8, 1, 2, 3, 4, 6, 255] {
             let mut b = busy.clone();
             b[0] = v;
             assert_eq!(packet_len(&b), None);
         }
-        for t in [0u8, 9, 255] {
+        for t in [0u8, 12, 255] {
             let mut b = busy.clone();
             b[1] = t;
             assert_eq!(packet_len(&b), None);

@@ -2,8 +2,11 @@
 //! every table stays within its configured limit.
 
 use bytes::Bytes;
-use homa_proto::wire::{self, Body, CommonHeader, Cutoffs, DataHeader, Grant, Resend};
-use homa_proto::{Config, DropReason, Endpoint, Event};
+use homa_proto::wire::{
+    self, Body, CommonHeader, Cutoffs, DataHeader, Grant, Resend, ResetReason, StreamCredit,
+    StreamDataHeader,
+};
+use homa_proto::{Config, DropReason, Endpoint, Event, StreamId, StreamRead};
 use proptest::prelude::*;
 use std::net::SocketAddr;
 
@@ -22,6 +25,8 @@ fn small_limits() -> Config {
         .with_checksum(false)
         .with_resend_interval_ns(10_000)
         .with_rpc_timeout_ns(200_000)
+        .with_max_streams(8)
+        .with_stream_window_bytes(64 * 1024)
 }
 
 fn check_limits(ep: &Endpoint) {
@@ -32,6 +37,14 @@ fn check_limits(ep: &Endpoint) {
     assert!(s.client_rpcs <= c.max_client_rpcs, "{s:?}");
     assert!(
         s.incoming_bytes <= ep.config().effective_max_incoming() + 100_000,
+        "{s:?}"
+    );
+    // Forged streams: at most the limit, each holding at most two windows
+    // (unread in order, beyond a gap) of what peers sent, plus what we wrote.
+    assert!(s.streams <= c.max_streams, "{s:?}");
+    let per = 2 * c.stream_window_bytes as u64 + c.max_packet_size as u64;
+    assert!(
+        s.stream_bytes_held <= per * s.streams as u64 + 200_000,
         "{s:?}"
     );
 }
@@ -53,6 +66,18 @@ enum Pkt {
     Simple(u64, bool, u8),
     Cutoffs(u64, [u32; 8], u16),
     Ack(u64, Vec<u64>),
+    StreamData {
+        id: u64,
+        from_client: bool,
+        offset: u64,
+        size: u16,
+        ends: Vec<u16>,
+        fin: bool,
+        rev_credit: u64,
+        rev_received: u64,
+    },
+    StreamCredit(u64, bool, u64, u64, u64, u8),
+    StreamReset(u64, bool, u8),
     Garbage(Vec<u8>),
 }
 
@@ -70,6 +95,16 @@ fn pkt() -> impl Strategy<Value = Pkt> {
         1 => (id.clone(), any::<[u32; 8]>(), any::<u16>()).prop_map(|(a, b, c)| Pkt::Cutoffs(a, b, c)),
         1 => (id.clone(), proptest::collection::vec(0u64..12, 0..5)).prop_map(|(a, b)| Pkt::Ack(a, b)),
         1 => proptest::collection::vec(any::<u8>(), 0..80).prop_map(Pkt::Garbage),
+        3 => (
+            (id.clone(), any::<bool>(), prop_oneof![Just(0u64), 0u64..200_000, 0u64..(1 << 61)], 0u16..1500),
+            (proptest::collection::vec(1u16..1500, 0..6), any::<bool>(), 0u64..400_000, 0u64..400_000),
+        )
+            .prop_map(|((id, from_client, offset, size), (ends, fin, rev_credit, rev_received))| {
+                Pkt::StreamData { id, from_client, offset, size, ends, fin, rev_credit, rev_received }
+            }),
+        1 => (id.clone(), any::<bool>(), 0u64..400_000, 0u64..400_000, 0u64..10_000, 0u8..4)
+            .prop_map(|(a, b, c, d, e, f)| Pkt::StreamCredit(a, b, c, d, e, f)),
+        1 => (id.clone(), any::<bool>(), 1u8..=5).prop_map(|(a, b, c)| Pkt::StreamReset(a, b, c)),
     ]
 }
 
@@ -155,9 +190,89 @@ fn encode(p: &Pkt, now: u64) -> Vec<u8> {
             let ids: Vec<u64> = ids.iter().map(|i| i + 1).collect();
             wire::encode(&mut out, &common(*id, true), &Body::Ack(&ids), false)
         }
+        Pkt::StreamData {
+            id,
+            from_client,
+            offset,
+            size,
+            ends,
+            fin,
+            rev_credit,
+            rev_received,
+        } => {
+            let size = *size as usize;
+            let mut e: Vec<u32> = ends
+                .iter()
+                .map(|&x| x as u32)
+                .filter(|&x| x as usize <= size)
+                .collect();
+            e.sort_unstable();
+            e.dedup();
+            wire::encode(
+                &mut out,
+                &common(*id, *from_client),
+                &Body::StreamData {
+                    header: StreamDataHeader {
+                        offset: *offset,
+                        rev_credit: *rev_credit,
+                        rev_received: *rev_received,
+                        fin: *fin || size == 0,
+                    },
+                    ends: &e,
+                    payload: &payload[..size],
+                },
+                false,
+            )
+        }
+        Pkt::StreamCredit(id, fc, credit, received, gap, flags) => wire::encode(
+            &mut out,
+            &common(*id, *fc),
+            &Body::StreamCredit(StreamCredit {
+                credit: *credit,
+                received: *received,
+                resend_end: if *gap == 0 { 0 } else { received + gap },
+                probe: flags & 1 != 0,
+                fin_received: flags & 2 != 0,
+            }),
+            false,
+        ),
+        Pkt::StreamReset(id, fc, reason) => {
+            let reason = match reason {
+                1 => ResetReason::Cancelled,
+                2 => ResetReason::Unknown,
+                3 => ResetReason::Refused,
+                4 => ResetReason::Shutdown,
+                _ => ResetReason::Stuck,
+            };
+            wire::encode(
+                &mut out,
+                &common(*id, *fc),
+                &Body::StreamReset(reason),
+                false,
+            )
+        }
         Pkt::Garbage(bytes) => out.extend_from_slice(bytes),
     }
     out
+}
+
+/// Reads what a stream has; closes it when it ended or failed (streams
+/// with even ids also write back what they read, while there is room).
+fn serve_stream(ep: &mut Endpoint, now: u64, sid: StreamId) {
+    loop {
+        match ep.stream_recv(now, sid) {
+            Ok(StreamRead::Data { bytes, .. }) => {
+                if sid.id.is_multiple_of(2) {
+                    let _ = ep.stream_send(now, sid, bytes);
+                }
+            }
+            Ok(StreamRead::Pending) => return,
+            Ok(StreamRead::End) | Err(_) => {
+                ep.stream_close(now, sid);
+                return;
+            }
+        }
+    }
 }
 
 /// Feeds packets, answers requests, and drains the engine after each step.
@@ -176,6 +291,7 @@ fn drive(ep: &mut Endpoint, steps: &[(u8, Pkt, u32)], start_client_rpcs: bool, g
     }
     let mut batch: Vec<u8> = Vec::new();
     let mut batch_seg = 0;
+    let mut streams: Vec<StreamId> = Vec::new();
     for (i, (src, p, dt)) in steps.iter().enumerate() {
         now += *dt as u64;
         let datagram = encode(p, now);
@@ -204,8 +320,15 @@ fn drive(ep: &mut Endpoint, steps: &[(u8, Pkt, u32)], start_client_rpcs: bool, g
             assert!(sent < 100_000, "transmit loop does not end");
         }
         while let Some(ev) = ep.poll_event() {
-            if let Event::Request { rpc, message } = ev {
-                let _ = ep.send_response(now, rpc, Bytes::from(message.to_vec()));
+            match ev {
+                Event::Request { rpc, message } => {
+                    let _ = ep.send_response(now, rpc, Bytes::from(message.to_vec()));
+                }
+                Event::StreamOpened { stream } | Event::StreamReadable { stream } => {
+                    streams.push(stream);
+                    serve_stream(ep, now, stream)
+                }
+                _ => {}
             }
         }
         check_limits(ep);
@@ -215,11 +338,28 @@ fn drive(ep: &mut Endpoint, steps: &[(u8, Pkt, u32)], start_client_rpcs: bool, g
         now += 50_000;
         ep.handle_timeout(now);
         while ep.poll_transmit(now, &mut buf).is_some() {}
+        while let Some(ev) = ep.poll_event() {
+            if let Event::StreamReadable { stream } | Event::StreamOpened { stream } = ev {
+                streams.push(stream);
+                serve_stream(ep, now, stream);
+            }
+        }
+    }
+    // Streams still open (silent forgers time out; the application closes
+    // them when it hears) are closed; then nothing is left.
+    for sid in streams {
+        ep.stream_close(now, sid);
+    }
+    for _ in 0..100 {
+        now += 50_000;
+        ep.handle_timeout(now);
+        while ep.poll_transmit(now, &mut buf).is_some() {}
         while ep.poll_event().is_some() {}
     }
     let s = ep.stats();
     assert_eq!((s.client_rpcs, s.server_rpcs), (0, 0), "{s:?}");
     assert!(s.pool_empty, "{s:?}");
+    assert_eq!((s.streams, s.stream_bytes_held), (0, 0), "{s:?}");
 }
 
 proptest! {

@@ -140,7 +140,10 @@ fn echo_app(
         Event::Failed { id, error } => panic!("rpc {id:?} failed: {error}"),
         ev @ (Event::PartialRequest { .. }
         | Event::PartialResponse { .. }
-        | Event::PartialProgress { .. }) => panic!("not asked for: {ev:?}"),
+        | Event::PartialProgress { .. }
+        | Event::StreamOpened { .. }
+        | Event::StreamReadable { .. }
+        | Event::StreamWritable { .. }) => panic!("not asked for: {ev:?}"),
     }
 }
 
@@ -255,7 +258,10 @@ fn echo_with_loss() {
         Event::Failed { id, error } => panic!("rpc {id:?} failed: {error}"),
         ev @ (Event::PartialRequest { .. }
         | Event::PartialResponse { .. }
-        | Event::PartialProgress { .. }) => panic!("not asked for: {ev:?}"),
+        | Event::PartialProgress { .. }
+        | Event::StreamOpened { .. }
+        | Event::StreamReadable { .. }
+        | Event::StreamWritable { .. }) => panic!("not asked for: {ev:?}"),
     });
     assert_eq!(results.len(), expect.len());
     for (k, data) in results {
@@ -342,7 +348,10 @@ fn discard_payload_still_delivers_every_message_with_its_length() {
         Event::Failed { id, error } => panic!("{id:?}: {error}"),
         ev @ (Event::PartialRequest { .. }
         | Event::PartialResponse { .. }
-        | Event::PartialProgress { .. }) => panic!("not asked for: {ev:?}"),
+        | Event::PartialProgress { .. }
+        | Event::StreamOpened { .. }
+        | Event::StreamReadable { .. }
+        | Event::StreamWritable { .. }) => panic!("not asked for: {ev:?}"),
     });
     assert_eq!(got, [(id, 70_000)]);
 }

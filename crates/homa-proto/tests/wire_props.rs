@@ -3,8 +3,9 @@
 //! splitting of GRO-coalesced datagrams by the packets' declared lengths.
 
 use homa_proto::wire::{
-    self, Body, CommonHeader, Cutoffs, DataHeader, Decoded, Grant, Packet, Resend,
-    COMMON_HEADER_LEN, MAX_ACKS_PER_PACKET, MAX_PRIORITIES,
+    self, Body, CommonHeader, Cutoffs, DataHeader, Decoded, Grant, Packet, Resend, ResetReason,
+    StreamCredit, StreamDataHeader, COMMON_HEADER_LEN, MAX_ACKS_PER_PACKET, MAX_PRIORITIES,
+    MAX_STREAM_OFFSET,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -23,6 +24,9 @@ enum OwnedBody {
     Cutoffs(Cutoffs),
     NeedAck,
     Ack(Vec<u64>),
+    StreamData(StreamDataHeader, Vec<u32>, Vec<u8>),
+    StreamCredit(StreamCredit),
+    StreamReset(ResetReason),
 }
 
 impl OwnedBody {
@@ -39,6 +43,13 @@ impl OwnedBody {
             OwnedBody::Cutoffs(c) => Body::Cutoffs(*c),
             OwnedBody::NeedAck => Body::NeedAck,
             OwnedBody::Ack(ids) => Body::Ack(ids),
+            OwnedBody::StreamData(header, ends, payload) => Body::StreamData {
+                header: *header,
+                ends,
+                payload,
+            },
+            OwnedBody::StreamCredit(c) => Body::StreamCredit(*c),
+            OwnedBody::StreamReset(r) => Body::StreamReset(*r),
         }
     }
 
@@ -52,6 +63,16 @@ impl OwnedBody {
             (OwnedBody::Resend(a), Packet::Resend(b)) => a == b,
             (OwnedBody::Cutoffs(a), Packet::Cutoffs(b)) => a == b,
             (OwnedBody::Ack(a), Packet::Ack(b)) => a.iter().copied().eq(b.iter()),
+            (
+                OwnedBody::StreamData(h, e, p),
+                Packet::StreamData {
+                    header,
+                    ends,
+                    payload,
+                },
+            ) => h == header && p == payload && e.iter().copied().eq(ends.iter()),
+            (OwnedBody::StreamCredit(a), Packet::StreamCredit(b)) => a == b,
+            (OwnedBody::StreamReset(a), Packet::StreamReset(b)) => a == b,
             (OwnedBody::RpcUnknown, Packet::RpcUnknown)
             | (OwnedBody::Busy, Packet::Busy)
             | (OwnedBody::NeedAck, Packet::NeedAck) => true,
@@ -143,6 +164,63 @@ fn cutoffs() -> impl Strategy<Value = OwnedBody> {
         .prop_map(|(version, cutoffs)| OwnedBody::Cutoffs(Cutoffs { version, cutoffs }))
 }
 
+/// A stream offset, biased towards small values and the limit.
+fn stream_offset() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        0..100_000u64,
+        0..MAX_STREAM_OFFSET / 2,
+        Just(MAX_STREAM_OFFSET / 2)
+    ]
+}
+
+fn stream_data() -> impl Strategy<Value = OwnedBody> {
+    (
+        stream_offset(),
+        stream_offset(),
+        stream_offset(),
+        prop::collection::vec(any::<u8>(), 0..=MAX_PAYLOAD as usize),
+        prop::collection::btree_set(1..=MAX_PAYLOAD, 0..20),
+        any::<bool>(),
+    )
+        .prop_map(|(offset, rev_credit, rev_received, payload, ends, fin)| {
+            // An empty packet is a FIN alone; ends lie within the payload.
+            let fin = fin || payload.is_empty();
+            let ends: Vec<u32> = ends
+                .into_iter()
+                .filter(|&e| e as usize <= payload.len())
+                .collect();
+            OwnedBody::StreamData(
+                StreamDataHeader {
+                    offset,
+                    rev_credit,
+                    rev_received,
+                    fin,
+                },
+                ends,
+                payload,
+            )
+        })
+}
+
+fn stream_credit() -> impl Strategy<Value = OwnedBody> {
+    (
+        stream_offset(),
+        stream_offset(),
+        prop_oneof![Just(0u64), 1..1_000_000u64],
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(credit, received, gap, probe, fin_received)| {
+            OwnedBody::StreamCredit(StreamCredit {
+                credit,
+                received,
+                resend_end: if gap == 0 { 0 } else { received + gap },
+                probe,
+                fin_received,
+            })
+        })
+}
+
 fn body() -> impl Strategy<Value = OwnedBody> {
     prop_oneof![
         data(),
@@ -153,6 +231,16 @@ fn body() -> impl Strategy<Value = OwnedBody> {
         cutoffs(),
         Just(OwnedBody::NeedAck),
         prop::collection::vec(any::<u64>(), 0..=MAX_ACKS_PER_PACKET).prop_map(OwnedBody::Ack),
+        stream_data(),
+        stream_credit(),
+        prop::sample::select(vec![
+            ResetReason::Cancelled,
+            ResetReason::Unknown,
+            ResetReason::Refused,
+            ResetReason::Shutdown,
+            ResetReason::Stuck,
+        ])
+        .prop_map(OwnedBody::StreamReset),
     ]
 }
 
@@ -164,6 +252,7 @@ fn encoded(c: &CommonHeader, b: &OwnedBody, checksum: bool) -> Vec<u8> {
 
 fn reencode(d: &Decoded<'_>) -> Vec<u8> {
     let acks: Vec<u64>;
+    let stream_ends: Vec<u32>;
     let body = match d.packet {
         Packet::Data { header, payload } => Body::Data { header, payload },
         Packet::Grant(g) => Body::Grant(g),
@@ -176,6 +265,20 @@ fn reencode(d: &Decoded<'_>) -> Vec<u8> {
             acks = list.iter().collect();
             Body::Ack(&acks)
         }
+        Packet::StreamData {
+            header,
+            ends,
+            payload,
+        } => {
+            stream_ends = ends.iter().collect();
+            Body::StreamData {
+                header,
+                ends: &stream_ends,
+                payload,
+            }
+        }
+        Packet::StreamCredit(c) => Body::StreamCredit(c),
+        Packet::StreamReset(r) => Body::StreamReset(r),
     };
     let mut out = Vec::new();
     wire::encode(&mut out, &d.common, &body, false);

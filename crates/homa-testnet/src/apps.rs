@@ -242,6 +242,13 @@ impl App for TestApp {
                 };
                 self.start_reading(ctx, reading);
             }
+            // This application opens no streams; a peer's is refused.
+            Event::StreamOpened { stream } => {
+                if let Some(ep) = ctx.endpoint() {
+                    ep.stream_close(now, stream);
+                }
+            }
+            Event::StreamReadable { .. } | Event::StreamWritable { .. } => {}
             Event::PartialProgress { serial } => {
                 if let Some(i) = self
                     .reading

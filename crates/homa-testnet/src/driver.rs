@@ -252,6 +252,11 @@ const SMALL_DATAGRAM: usize = 512;
 /// At most this many buffers kept at their length.
 const MAX_SIZED_BUFS: usize = 4096;
 
+/// A stream's peer host and which end we are, as one digest word.
+fn stream_host(s: &homa_proto::StreamId) -> u64 {
+    addr_host(s.peer).map_or(u64::MAX, |h| h as u64) << 1 | s.opener as u64
+}
+
 fn event_digest(ev: &Event) -> [u64; 4] {
     fn msg_hash(m: &homa_proto::Message) -> u64 {
         m.fragments().fold(m.len() as u64, |h, f| mix(h ^ fnv(f)))
@@ -274,6 +279,9 @@ fn event_digest(ev: &Event) -> [u64; 4] {
             [5, id.0, 0, message.serial() ^ (message.len() as u64) << 32]
         }
         Event::PartialProgress { serial } => [6, *serial, 0, 0],
+        Event::StreamOpened { stream } => [7, stream.id, stream_host(stream), 0],
+        Event::StreamReadable { stream } => [8, stream.id, stream_host(stream), 0],
+        Event::StreamWritable { stream } => [9, stream.id, stream_host(stream), 0],
         Event::Failed { id, error } => [
             3,
             id.0,

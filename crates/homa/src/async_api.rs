@@ -714,6 +714,36 @@ impl Future for RecvPartialRequest {
     }
 }
 
+/// Streams opened by peers ([`crate::Endpoint::accept_stream`]).
+struct AcceptedStreams;
+impl Queue for AcceptedStreams {
+    type Item = (homa_proto::StreamId, Arc<crate::stream::StreamSignals>);
+    type Out = crate::Stream;
+    fn queue(shared: &Shared) -> &WaitQueue<Self::Item> {
+        &shared.accepted_streams
+    }
+    fn convert(shared: &Arc<Shared>, item: Self::Item) -> Self::Out {
+        crate::stream::accepted(shared, item)
+    }
+}
+
+/// The next stream a peer opens, as a future
+/// ([`AsyncEndpoint::accept_stream`]).
+pub(crate) struct AcceptStream(QueueWait<AcceptedStreams>);
+
+impl AcceptStream {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        AcceptStream(QueueWait::new(shared))
+    }
+}
+
+impl Future for AcceptStream {
+    type Output = Result<crate::Stream>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.get_mut().0.poll_next(cx)
+    }
+}
+
 struct Responses;
 impl Queue for Responses {
     type Item = Response;

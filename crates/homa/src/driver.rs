@@ -173,6 +173,9 @@ pub(crate) struct Driver {
     /// Readers of partial messages, by serial: woken on the engine's
     /// `PartialProgress` (a reader removes itself when it is dropped).
     pub(crate) partials: HashMap<u64, Arc<Notify>>,
+    /// Open streams' wake-ups, by stream (`stream.rs`); a stream's handle
+    /// removes its entry when it is dropped.
+    pub(crate) streams: HashMap<homa_proto::StreamId, Arc<crate::stream::StreamSignals>>,
 }
 
 /// State shared by the endpoint's handles, its RPC handles and its
@@ -715,6 +718,21 @@ impl Shared {
                     d.wakes.push(w);
                 }
             }
+            Event::StreamOpened { stream } => self.stream_opened(d, stream),
+            Event::StreamReadable { stream } => {
+                if let Some(st) = d.streams.get(&stream) {
+                    if let Some(w) = st.readable() {
+                        d.wakes.push(w);
+                    }
+                }
+            }
+            Event::StreamWritable { stream } => {
+                if let Some(st) = d.streams.get(&stream) {
+                    if let Some(w) = st.writable() {
+                        d.wakes.push(w);
+                    }
+                }
+            }
         }
     }
 
@@ -908,6 +926,7 @@ impl Shared {
         self.locked(|d| {
             d.engine.shutdown();
             self.dispatch_events(d);
+            self.wake_streams(d);
             let left = d.rpcs.drain();
             for (id, rpc) in left {
                 self.complete(d, id, rpc, Err(Error::Shutdown));
@@ -921,6 +940,8 @@ impl Shared {
         self.requests.wake_all();
         drop(self.partial_requests.drain());
         self.partial_requests.wake_all();
+        drop(self.accepted_streams.drain());
+        self.accepted_streams.wake_all();
         self.responses.wake_all();
         #[cfg(feature = "tokio")]
         if let Some(r) = self.reactor_state.get() {

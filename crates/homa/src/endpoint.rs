@@ -162,6 +162,7 @@ impl Endpoint {
             last_now: 0,
             rx_drained: false,
             partials: Default::default(),
+            streams: Default::default(),
         };
         // What `config()` reports: the engine values in effect for this
         // socket's family (an IPv6 socket's packets are 20 bytes shorter).
@@ -193,6 +194,7 @@ impl Endpoint {
             shut: AtomicBool::new(false),
             requests: WaitQueue::new(),
             partial_requests: WaitQueue::new(),
+            accepted_streams: WaitQueue::new(),
             responses: WaitQueue::new(),
             counters: Counters::default(),
         });

@@ -92,6 +92,12 @@ pub enum Error {
     /// first `received` of `len` bytes arrived, and were readable in order.
     #[error("the message ended after {received} of its {len} bytes")]
     Incomplete { received: usize, len: usize },
+    /// A stream ended early or refused the operation: the peer reset it
+    /// (`StreamError::Reset`, with the reason), or this side misused it
+    /// (written after `finish`, an empty message, too many streams).
+    /// Timeouts and shutdowns are [`Error::Timeout`] and [`Error::Shutdown`].
+    #[error("stream: {0}")]
+    Stream(homa_proto::StreamError),
     /// The endpoint or engine configuration is invalid; the text names the
     /// setting and its allowed range.
     #[error("invalid configuration: {0}")]
@@ -117,6 +123,7 @@ impl Error {
                 | Error::TooManyRpcs { .. }
                 | Error::TooManyPeers { .. }
                 | Error::BufferInFlight
+                | Error::Stream(homa_proto::StreamError::TooManyStreams(_))
         )
     }
 
@@ -136,6 +143,10 @@ impl Error {
             Error::UnknownRpc => K::NotFound,
             Error::Incomplete { .. } => K::UnexpectedEof,
             Error::RequestIncomplete => K::Other,
+            Error::Stream(homa_proto::StreamError::Reset(_)) => K::ConnectionReset,
+            Error::Stream(homa_proto::StreamError::Unknown) => K::NotConnected,
+            Error::Stream(homa_proto::StreamError::Finished) => K::BrokenPipe,
+            Error::Stream(_) => K::Other,
             Error::MessageTooLong { .. }
             | Error::BufferLayout { .. }
             | Error::InvalidPeer(_)

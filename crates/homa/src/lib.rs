@@ -59,6 +59,7 @@ mod publish;
 mod serve;
 mod shared;
 mod socket;
+mod stream;
 mod sys;
 pub mod timetrace;
 mod wait;
@@ -75,6 +76,7 @@ pub use partial::IncomingMessage;
 #[cfg(feature = "test-hooks")]
 pub use socket::FaultInjector;
 pub use socket::SocketStats;
+pub use stream::{Stream, StreamChunk};
 /// Test hook: an engine clock offset from the machine's and drifting, set
 /// with [`EndpointBuilder::clock_skew`] (`test-hooks` feature; not part of
 /// the stable API).
@@ -91,5 +93,6 @@ pub use homa_proto::RpcId;
 /// The engine's types that appear in this API.
 pub use homa_proto::{
     Config as EngineConfig, CongestionSignal, DropReason, EndpointStats, MessageSizes, Metrics,
-    NetworkProfile, Outgoing, PeerRtt, SendBuf, SendBufError, WindowPolicy,
+    NetworkProfile, Outgoing, PeerRtt, ResetReason, SendBuf, SendBufError, StreamError, StreamId,
+    WindowPolicy,
 };

@@ -22,8 +22,8 @@ impl Endpoint {
     /// |---|---|---|
     /// | `homa_packets_sent`, `homa_packets_received` (label `type`: `data`, `grant`, `resend`, `rpc_unknown`, `busy`, `need_ack`, `ack`, `cutoffs`) | counter | [`Metrics`](crate::Metrics) |
     /// | `homa_packets_dropped` (label `reason`: [`DropReason::name`]) | counter | `Metrics::drops` |
-    /// | `homa_bytes_sent`, `homa_bytes_received`, `homa_data_bytes_sent`, `homa_data_bytes_received`, `homa_retransmitted_packets`, `homa_retransmitted_bytes`, `homa_resends_sent`, `homa_restarts`, `homa_grants_sent`, `homa_granted_bytes`, `homa_timeouts`, `homa_requests_delivered`, `homa_responses_delivered`, `homa_rpcs_failed`, `homa_pool_waits`, `homa_pool_timeouts`, `homa_acks_processed`, `homa_control_dropped`, `homa_rtt_samples`, `homa_congestion_onsets`, `homa_unsched_window_cuts`, `homa_rtt_samples_congested`, `homa_rtt_samples_above_mid`, `homa_onramp_holds`, `homa_onramp_held_ns`, `homa_onramp_parked` | counter | the `Metrics` field of the same name |
-    /// | `homa_client_rpcs`, `homa_server_rpcs`, `homa_peers`, `homa_tombstones`, `homa_pool_bpages_in_use`, `homa_granted_messages`, `homa_incoming_bytes`, `homa_pool_waiters`, `homa_sendable_messages` | gauge | [`EndpointStats`](crate::EndpointStats) |
+    /// | `homa_bytes_sent`, `homa_bytes_received`, `homa_data_bytes_sent`, `homa_data_bytes_received`, `homa_retransmitted_packets`, `homa_retransmitted_bytes`, `homa_resends_sent`, `homa_restarts`, `homa_grants_sent`, `homa_granted_bytes`, `homa_timeouts`, `homa_requests_delivered`, `homa_responses_delivered`, `homa_rpcs_failed`, `homa_pool_waits`, `homa_pool_timeouts`, `homa_acks_processed`, `homa_control_dropped`, `homa_rtt_samples`, `homa_congestion_onsets`, `homa_unsched_window_cuts`, `homa_rtt_samples_congested`, `homa_rtt_samples_above_mid`, `homa_onramp_holds`, `homa_onramp_held_ns`, `homa_onramp_parked`, `homa_streams_opened`, `homa_streams_failed`, `homa_stream_bytes_sent`, `homa_stream_bytes_received` | counter | the `Metrics` field of the same name |
+    /// | `homa_client_rpcs`, `homa_server_rpcs`, `homa_peers`, `homa_tombstones`, `homa_pool_bpages_in_use`, `homa_granted_messages`, `homa_incoming_bytes`, `homa_pool_waiters`, `homa_sendable_messages`, `homa_streams`, `homa_stream_bytes_held` | gauge | [`EndpointStats`](crate::EndpointStats) |
     /// | `homa_socket_<field>` for each field of [`SocketStats`](crate::SocketStats) (`homa_socket_send_calls`, `homa_socket_packets_sent`...) | counter | `SocketStats` |
     /// | `homa_runtime_<field>` for each field of [`RuntimeStats`](crate::RuntimeStats) (`homa_runtime_found_polling`, `homa_runtime_slept`...) | counter | `RuntimeStats` |
     pub fn publish_metrics(&self) {
@@ -61,6 +61,10 @@ impl Endpoint {
             onramp_holds,
             onramp_held_ns,
             onramp_parked,
+            streams_opened,
+            streams_failed,
+            stream_bytes_sent,
+            stream_bytes_received,
         } = m;
         let EndpointStats {
             client_rpcs,
@@ -73,6 +77,8 @@ impl Endpoint {
             incoming_bytes,
             pool_waiters,
             sendable_messages,
+            streams,
+            stream_bytes_held,
         } = self.engine_stats();
         let SocketStats {
             recv_batches,
@@ -152,6 +158,10 @@ impl Endpoint {
             ("homa_onramp_holds", onramp_holds),
             ("homa_onramp_held_ns", onramp_held_ns),
             ("homa_onramp_parked", onramp_parked),
+            ("homa_streams_opened", streams_opened),
+            ("homa_streams_failed", streams_failed),
+            ("homa_stream_bytes_sent", stream_bytes_sent),
+            ("homa_stream_bytes_received", stream_bytes_received),
             ("homa_socket_recv_batches", recv_batches),
             ("homa_socket_recv_empty", recv_empty),
             ("homa_socket_packets_received", packets_received),
@@ -191,6 +201,8 @@ impl Endpoint {
             ("homa_incoming_bytes", incoming_bytes as f64),
             ("homa_pool_waiters", pool_waiters as f64),
             ("homa_sendable_messages", sendable_messages as f64),
+            ("homa_streams", streams as f64),
+            ("homa_stream_bytes_held", stream_bytes_held as f64),
         ] {
             gauge!(name, labels(None)).set(value);
         }

@@ -75,6 +75,9 @@ pub(crate) struct Shared {
     /// Requests delivered incrementally (`EngineConfig::partial_delivery_bytes`).
     pub(crate) partial_requests: WaitQueue<(ServerRpc, homa_proto::PartialMessage, Arc<Notify>)>,
     pub(crate) responses: WaitQueue<Response>,
+    /// Streams opened by peers, for `accept_stream`.
+    pub(crate) accepted_streams:
+        WaitQueue<(homa_proto::StreamId, Arc<crate::stream::StreamSignals>)>,
     pub(crate) counters: Counters,
 }
 

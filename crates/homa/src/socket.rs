@@ -414,8 +414,8 @@ pub(crate) struct RxBatch {
     since_landed: u32,
     /// The first bytes of the datagram [`Self::peek`] found, and of the one
     /// [`Self::recv_landed`] received.
-    peek_head: [u8; homa_proto::wire::DATA_PACKET_OVERHEAD],
-    landed_head: [u8; homa_proto::wire::DATA_PACKET_OVERHEAD],
+    peek_head: [u8; homa_proto::wire::MAX_LANDING_HEAD],
+    landed_head: [u8; homa_proto::wire::MAX_LANDING_HEAD],
     data: Vec<u8>,
     names: Vec<libc::sockaddr_storage>,
     ctrl: Vec<Ctrl>,
@@ -439,8 +439,8 @@ impl RxBatch {
             ready: false,
             landing_on: false,
             since_landed: 0,
-            peek_head: [0; homa_proto::wire::DATA_PACKET_OVERHEAD],
-            landed_head: [0; homa_proto::wire::DATA_PACKET_OVERHEAD],
+            peek_head: [0; homa_proto::wire::MAX_LANDING_HEAD],
+            landed_head: [0; homa_proto::wire::MAX_LANDING_HEAD],
             data: vec![0u8; n * RX_BUF_SIZE],
             // SAFETY: a plain C struct (integers, pointers, arrays of them): all-zero bytes are a valid value.
             names: vec![unsafe { mem::zeroed() }; n],

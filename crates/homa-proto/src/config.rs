@@ -88,6 +88,12 @@ pub struct Config {
     /// Per-mille of transmitted bytes given to the oldest outgoing message
     /// instead of the shortest.
     pub pacer_fifo_permille: u32,
+    /// A message with at most the unscheduled window left to send (it
+    /// needs no grant) goes before pending retransmissions, which otherwise
+    /// go first (`docs/protocol.md` §3.2): a RESEND asks for up to a window
+    /// of packets, and a short message behind them waits that many packet
+    /// times.
+    pub short_before_retransmit: bool,
     /// The NIC queue estimate may be at most this many ns when a packet is
     /// released. `None`: the transmission time of one full-size packet.
     pub max_nic_queue_ns: Option<u64>,
@@ -362,6 +368,7 @@ impl Default for Config {
             max_incoming: None,
             grant_fifo_permille: 50,
             pacer_fifo_permille: 50,
+            short_before_retransmit: true,
             max_nic_queue_ns: None,
             pacer_bypass_bytes: 1_000,
             resend_interval_ns: None,

@@ -104,6 +104,9 @@ setters! {
     plain with_grant_fifo_permille(grant_fifo_permille: u32) = 50;
     /// Per-mille of transmitted bytes that go to the oldest outgoing message.
     plain with_pacer_fifo_permille(pacer_fifo_permille: u32) = 50;
+    /// A message with at most the unscheduled window left goes before
+    /// pending retransmissions.
+    plain with_short_before_retransmit(short_before_retransmit: bool) = true;
     /// Most ns of queued transmission in the NIC when a packet is released;
     /// `None`: one full packet's time. (The UDP runtime's default is 20 µs.)
     opt with_max_nic_queue_ns(max_nic_queue_ns: Option<u64>) = None;

@@ -66,6 +66,11 @@ pub(crate) struct Grants {
     by_age: SrptQueue<(u64, RpcKey)>,
     /// The keys a pass works on (kept to reuse its allocation).
     top: Vec<RpcKey>,
+    /// EXPERIMENT: outstanding scheduled bytes by the priority last granted.
+    level_out: [u64; 8],
+    /// EXPERIMENT (HOMA_X_EXTRA): 0 off, 1 always, 2 only while no other
+    /// message is granted at the top level, 3 only with more than a window left.
+    pub(crate) x_extra: u8,
 }
 
 impl Grants {
@@ -94,7 +99,27 @@ impl Grants {
             queue: SrptQueue::default(),
             by_age: SrptQueue::default(),
             top: Vec::new(),
+            level_out: [0; 8],
+            x_extra: match std::env::var("HOMA_X_EXTRA").as_deref() {
+                Ok("1") => 1,
+                Ok("A") => 2,
+                Ok("B") => 3,
+                _ => 0,
+            },
         }
+    }
+
+    /// EXPERIMENT: outstanding bytes of messages last granted at `p`.
+    #[inline]
+    pub fn level_out(&self, p: u8) -> u64 {
+        self.level_out[(p & 7) as usize]
+    }
+
+    /// EXPERIMENT: a message at `p` had `old` outstanding, now `new`.
+    #[inline(always)]
+    pub fn track_level(&mut self, p: u8, old: u64, new: u64) {
+        let l = &mut self.level_out[(p & 7) as usize];
+        *l = *l - old + new;
     }
 
     /// Adds a message with `remaining` bytes still to receive that needs

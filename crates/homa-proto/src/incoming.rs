@@ -216,6 +216,8 @@ impl Endpoint {
         self.grants.unsettle();
         self.metrics.data_bytes_received += new as u64;
         self.grants.track(old_outstanding, inc.outstanding());
+        self.grants
+            .track_level(inc.priority, old_outstanding, inc.outstanding());
         if inc.complete() {
             self.finish_incoming(now, key);
             return;
@@ -328,6 +330,7 @@ impl Endpoint {
         let birth = rpc.birth;
         let inc = rpc.inc.as_mut().unwrap();
         self.grants.add(inc.outstanding());
+        self.grants.track_level(inc.priority, 0, inc.outstanding());
         self.grants.unsettle();
         // Under `GrantPolicy::EveryMessage` no message is ranked: each is
         // granted as its own packets arrive (`handle_data`).
@@ -368,6 +371,9 @@ impl Endpoint {
                 self.pool_waiters.remove(&(inc.len, birth, key));
             }
             self.grants.remove(inc.outstanding());
+            if inc.alloc.is_some() {
+                self.grants.track_level(inc.priority, inc.outstanding(), 0);
+            }
             if let Some(alloc) = inc.alloc {
                 self.pool.release(alloc);
             }
@@ -382,6 +388,7 @@ impl Endpoint {
         // copying the whole (112-byte) InMsg out.
         let inc = rpc.inc.as_mut().unwrap();
         self.grants.remove(inc.outstanding());
+        self.grants.track_level(inc.priority, inc.outstanding(), 0);
         self.grants.unsettle();
         if let Some((progress, serial)) = inc.partial.take() {
             // Its reader has the bytes already; the engine's allocation goes.
@@ -549,7 +556,25 @@ impl Endpoint {
         let competing = self.grants.grantable() > k;
         for (rank, &key) in top.iter().enumerate() {
             let level = self.grants.level(rank, n);
-            let granted = self.grant_one(key, level, false);
+            let extra = rank == 0
+                && match self.grants.x_extra {
+                    1 => true,
+                    2 => {
+                        let inc = self.rpcs[key].inc.as_ref().unwrap();
+                        let own = if inc.priority == level {
+                            inc.outstanding()
+                        } else {
+                            0
+                        };
+                        self.grants.level_out(level) == own
+                    }
+                    3 => {
+                        let inc = self.rpcs[key].inc.as_ref().unwrap();
+                        inc.len - inc.bytes_received > self.grants.window()
+                    }
+                    _ => false,
+                };
+            let granted = self.grant_one(key, level, false, extra);
             any |= granted > 0;
             if competing {
                 // Credit accrues only while some message is left out.
@@ -567,7 +592,7 @@ impl Endpoint {
             if top.contains(&oldest) {
                 // The oldest is already being served; don't let credit pile up.
                 self.grants.clear_fifo();
-            } else if idle && self.grant_one(oldest, 0, true) > 0 {
+            } else if idle && self.grant_one(oldest, 0, true, false) > 0 {
                 self.grants.spend_fifo();
                 any = true;
             }
@@ -579,13 +604,14 @@ impl Endpoint {
 
     /// Raises one message's grant by up to a window; returns the bytes granted.
     /// Changes nothing when it returns 0 (see `update_grants`).
-    fn grant_one(&mut self, key: RpcKey, priority: u8, fifo: bool) -> u32 {
+    fn grant_one(&mut self, key: RpcKey, priority: u8, fifo: bool, extra: bool) -> u32 {
         let dpp = self.derived.data_per_packet();
         let window = if self.derived.adaptive() {
             self.grant_window_of(self.rpcs[key].peer_key)
         } else {
             self.grants.window()
         };
+        let window = if extra { window + 2 * dpp } else { window };
         let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         let inc = rpc.inc.as_mut().unwrap();
@@ -623,9 +649,12 @@ impl Endpoint {
         let inc = self.rpcs[key].inc.as_mut().unwrap();
         let delta = target - inc.granted;
         let old = inc.outstanding();
+        let old_prio = inc.priority;
         inc.granted = target;
         inc.priority = priority;
         self.grants.track(old, inc.outstanding());
+        self.grants.track_level(old_prio, old, 0);
+        self.grants.track_level(priority, 0, inc.outstanding());
         self.metrics.granted_bytes += delta as u64;
         // One GRANT in the queue per message at a time: it carries whatever
         // the grant is when it is sent, so a burst of arrivals (a GRO batch)

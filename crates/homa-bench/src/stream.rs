@@ -282,28 +282,35 @@ fn homa_stream_transfer(cfg: &homa::EndpointConfig, chunk: usize, n: u64) -> any
     Ok(secs)
 }
 
+/// Reads a non-blocking connection until `limit` bytes or its end;
+/// returns the bytes read.
+fn tcp_drain(s: &mut std::net::TcpStream, limit: u64) -> anyhow::Result<u64> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut got = 0u64;
+    while got < limit {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => got += k as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                crate::wait::wait_fd(
+                    std::os::fd::AsRawFd::as_raw_fd(s),
+                    libc::POLLIN,
+                    Duration::from_millis(50),
+                )?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(got)
+}
+
 /// `n` chunks one way over one TCP connection.
 fn tcp_transfer(chunk: usize, n: u64, poll: Duration) -> anyhow::Result<f64> {
     let (mut c, mut s) = tcp_pair()?;
     let total = n * chunk as u64;
     let t = std::thread::spawn(move || -> anyhow::Result<()> {
         let w = Waiting::polling(poll);
-        let mut buf = vec![0u8; 1 << 20];
-        let mut got = 0u64;
-        while got < total {
-            match s.read(&mut buf) {
-                Ok(0) => break,
-                Ok(k) => got += k as u64,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    crate::wait::wait_fd(
-                        std::os::fd::AsRawFd::as_raw_fd(&s),
-                        libc::POLLIN,
-                        Duration::from_millis(50),
-                    )?;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let got = tcp_drain(&mut s, total)?;
         anyhow::ensure!(got == total, "TCP server got {got} of {total} bytes");
         tcp_write_all(&mut s, b"k", w)?;
         Ok(())
@@ -628,24 +635,7 @@ fn tcp_beside_bulk(iters: u64) -> anyhow::Result<(Histogram<u64>, Histogram<u64>
     let alone = tcp_pingpong(100, iters, iters / 10, poll)?;
     let (mut c, mut s) = tcp_pair()?;
     let stop = Arc::new(AtomicBool::new(false));
-    let sink = std::thread::spawn(move || -> anyhow::Result<u64> {
-        let mut buf = vec![0u8; 1 << 20];
-        let mut got = 0u64;
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) => return Ok(got),
-                Ok(k) => got += k as u64,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    crate::wait::wait_fd(
-                        std::os::fd::AsRawFd::as_raw_fd(&s),
-                        libc::POLLIN,
-                        Duration::from_millis(50),
-                    )?;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    });
+    let sink = std::thread::spawn(move || tcp_drain(&mut s, u64::MAX));
     let writer = {
         let stop = stop.clone();
         std::thread::spawn(move || -> anyhow::Result<(u64, f64)> {

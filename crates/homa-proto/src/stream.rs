@@ -651,13 +651,7 @@ impl Endpoint {
                 && credit - s.rx.credit_sent >= window / 4
             {
                 s.rx.credit_queued = true;
-                self.queue_stream_control(
-                    sid,
-                    ControlBody::StreamCreditFor {
-                        probe: false,
-                        ask: false,
-                    },
-                );
+                self.queue_stream_credit(sid);
             }
             return Ok(StreamRead::Data {
                 bytes,
@@ -774,6 +768,17 @@ impl Endpoint {
                 self.streams.rotation.push_back(sid);
             }
         }
+    }
+
+    /// Queues a STREAM_CREDIT (filled in when sent) that only tells.
+    fn queue_stream_credit(&mut self, sid: StreamId) {
+        self.queue_stream_control(
+            sid,
+            ControlBody::StreamCreditFor {
+                probe: false,
+                ask: false,
+            },
+        );
     }
 
     fn queue_stream_control(&mut self, sid: StreamId, body: ControlBody) {
@@ -1032,13 +1037,7 @@ impl Endpoint {
             // The opener may send past its unscheduled bytes at once.
             let s = self.streams.table.get_mut(&sid).unwrap();
             s.rx.credit_queued = true;
-            self.queue_stream_control(
-                sid,
-                ControlBody::StreamCreditFor {
-                    probe: false,
-                    ask: false,
-                },
-            );
+            self.queue_stream_credit(sid);
         }
         let s = self.streams.table.get_mut(&sid).unwrap();
         s.last_heard = now;
@@ -1052,13 +1051,7 @@ impl Endpoint {
             Phase::Lingering { .. } => {
                 // The peer missed our last acknowledgement: repeat it.
                 self.metrics.drop(DropReason::Duplicate);
-                self.queue_stream_control(
-                    sid,
-                    ControlBody::StreamCreditFor {
-                        probe: false,
-                        ask: false,
-                    },
-                );
+                self.queue_stream_credit(sid);
                 return;
             }
         }
@@ -1139,13 +1132,7 @@ impl Endpoint {
         let s = self.streams.table.get_mut(&sid).unwrap();
         if reply && !s.rx.credit_queued {
             s.rx.credit_queued = true;
-            self.queue_stream_control(
-                sid,
-                ControlBody::StreamCreditFor {
-                    probe: false,
-                    ask: false,
-                },
-            );
+            self.queue_stream_credit(sid);
         }
         let s = self.streams.table.get_mut(&sid).unwrap();
         if !was_readable && s.rx.readable() && s.rx.waiting {
@@ -1299,13 +1286,7 @@ impl Endpoint {
             Phase::Failed(_) => return,
             Phase::Lingering { .. } => {
                 if k.probe {
-                    self.queue_stream_control(
-                        sid,
-                        ControlBody::StreamCreditFor {
-                            probe: false,
-                            ask: false,
-                        },
-                    );
+                    self.queue_stream_credit(sid);
                 }
                 return;
             }
@@ -1326,13 +1307,7 @@ impl Endpoint {
         let s = self.streams.table.get_mut(&sid).unwrap();
         if k.probe && !s.rx.credit_queued {
             s.rx.credit_queued = true;
-            self.queue_stream_control(
-                sid,
-                ControlBody::StreamCreditFor {
-                    probe: false,
-                    ask: false,
-                },
-            );
+            self.queue_stream_credit(sid);
         }
         let s = self.streams.table.get_mut(&sid).unwrap();
         if !s.tx.waiting() && s.rx.ooo.is_empty() {

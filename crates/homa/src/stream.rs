@@ -282,19 +282,26 @@ impl Stream {
     /// finished and everything has been read.
     pub fn recv(&mut self) -> Result<Option<Bytes>> {
         loop {
-            match self.recv_chunk()? {
-                Some(c) => {
-                    if c.end_of_message && self.partial.is_empty() {
-                        return Ok(Some(c.bytes));
-                    }
-                    self.partial.extend_from_slice(&c.bytes);
-                    if c.end_of_message {
-                        return Ok(Some(self.partial.split().freeze()));
-                    }
-                }
-                None => return Ok(None),
+            let c = self.recv_chunk()?;
+            if let Some(m) = self.assemble(c) {
+                return Ok(m);
             }
         }
+    }
+
+    /// Adds a piece to the message being assembled: `Some` with the whole
+    /// message when the piece ends one (`Some(None)` at the stream's end),
+    /// `None` when more pieces are needed.
+    fn assemble(&mut self, c: Option<StreamChunk>) -> Option<Option<Bytes>> {
+        let Some(c) = c else {
+            return Some(None);
+        };
+        if c.end_of_message && self.partial.is_empty() {
+            return Some(Some(c.bytes));
+        }
+        self.partial.extend_from_slice(&c.bytes);
+        c.end_of_message
+            .then(|| Some(self.partial.split().freeze()))
     }
 
     /// Ends this side of the stream after the messages written so far; the
@@ -446,17 +453,9 @@ mod tokio_api {
         /// [`Self::recv`] as a future.
         pub async fn recv_async(&mut self) -> Result<Option<Bytes>> {
             loop {
-                match self.recv_chunk_async().await? {
-                    Some(c) => {
-                        if c.end_of_message && self.partial.is_empty() {
-                            return Ok(Some(c.bytes));
-                        }
-                        self.partial.extend_from_slice(&c.bytes);
-                        if c.end_of_message {
-                            return Ok(Some(self.partial.split().freeze()));
-                        }
-                    }
-                    None => return Ok(None),
+                let c = self.recv_chunk_async().await?;
+                if let Some(m) = self.assemble(c) {
+                    return Ok(m);
                 }
             }
         }

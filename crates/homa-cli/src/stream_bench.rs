@@ -34,6 +34,9 @@ pub struct StreamBenchArgs {
     /// Idle streams opened to measure memory per stream (0: skip).
     #[arg(long, default_value_t = 10_000)]
     pub idle_streams: usize,
+    /// 100 B RPCs timed alone and beside a saturating stream (0: skip).
+    #[arg(long, default_value_t = 5_000)]
+    pub beside_iters: u64,
     /// Latency measurements (chunk echoes, echoes as they arrive) take turns
     /// between the transports in this many rounds, so that a change in the
     /// machine's speed during the run affects them alike.
@@ -73,6 +76,7 @@ impl StreamBenchArgs {
             rpc_window: self.rpc_window.max(1),
             transports: self.transports.clone(),
             idle_streams: self.idle_streams,
+            beside_iters: self.beside_iters,
             rounds: self.rounds,
             homa: self.homa.config_with_link(homa_bench::LOOPBACK_GBPS)?,
             poll: Duration::from_micros(self.homa.poll_us),

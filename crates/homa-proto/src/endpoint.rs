@@ -575,6 +575,14 @@ impl Endpoint {
         true
     }
 
+    /// Whether an event waits for [`Self::poll_event`]. A driver that takes
+    /// in one large packet at a time (landing) hands what one packet made
+    /// readable to its application before receiving the next.
+    #[inline]
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// The oldest event the application has not yet taken, if any. Drivers
     /// drain it after every input.
     #[inline]

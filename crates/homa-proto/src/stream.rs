@@ -184,6 +184,15 @@ impl Tx {
     /// messages (or parts) as fit `room` payload bytes with 4 more for each
     /// message end it lists. Returns the pieces and the ends (positions in
     /// the payload).
+    ///
+    /// A piece that does not end its message still leaves room for one end
+    /// (4 bytes): a packet then carries at most `room - 4` bytes of a long
+    /// message, so a message of that many bytes (or a multiple), such as a
+    /// piece a reader took from such packets and writes back, goes out in
+    /// whole packets of its own. Without the reserve its last byte went
+    /// into the next packet with the next message's first bytes, and a
+    /// packet of several pieces is copied into one buffer where a packet
+    /// of one piece is sent from the message's own memory.
     fn packet_at(&self, offset: u64, limit: u64, room: usize) -> (Vec<Bytes>, Vec<u32>) {
         let mut pieces = Vec::new();
         let mut ends = Vec::new();
@@ -199,11 +208,11 @@ impl Tx {
             let take = if whole && avail + 4 <= space {
                 avail
             } else if whole {
-                // Its end would not fit: leave its last byte to the next
-                // packet, which lists the end.
-                (avail - 1).min(space)
+                // Its end would not fit: leave at least its last byte to
+                // the next packet, which lists the end.
+                (avail - 1).min(space.saturating_sub(4))
             } else {
-                avail.min(space)
+                avail.min(space.saturating_sub(4))
             };
             if take == 0 {
                 break;

@@ -250,7 +250,7 @@ impl Shared {
             if !work {
                 return Poll::Pending;
             }
-            let mut d = self.driver.lock();
+            let mut d = self.lock_engine();
             let now = self.clock(&mut d);
             self.drive(&mut d, now, true);
             let drained = d.rx_drained;

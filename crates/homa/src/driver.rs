@@ -195,6 +195,38 @@ pub(crate) fn release<G: std::ops::DerefMut<Target = Driver>>(mut d: G) {
 }
 
 impl Shared {
+    /// Takes the engine lock for a thread that has to have it (an
+    /// application call, the watcher, the background thread, a serving
+    /// pass's second half), ahead of busy pollers.
+    ///
+    /// A busy poller takes and releases the lock every round (`try_lock`).
+    /// The mutex is not fair, so a thread blocked in `lock` could watch one
+    /// such poller take it again and again: beside a stream whose reader
+    /// polled without pause, a server's `reply` waited 15 ms for the lock
+    /// on this 2-core machine (issue #21). While anyone waits here, pollers
+    /// do not try the lock at all ([`Self::drive_once_serving`]), so the
+    /// waiter gets it at the next release.
+    pub(crate) fn lock_engine(&self) -> parking_lot::MutexGuard<'_, Driver> {
+        if let Some(d) = self.driver.try_lock() {
+            return d;
+        }
+        self.lock_waiters.fetch_add(1, SeqCst);
+        let d = self.driver.lock();
+        self.lock_waiters.fetch_sub(1, SeqCst);
+        d
+    }
+
+    /// [`Self::lock_engine`], the guard held by value.
+    fn lock_engine_arc(&self) -> parking_lot::ArcMutexGuard<parking_lot::RawMutex, Driver> {
+        if let Some(d) = self.driver.try_lock_arc() {
+            return d;
+        }
+        self.lock_waiters.fetch_add(1, SeqCst);
+        let d = self.driver.lock_arc();
+        self.lock_waiters.fetch_sub(1, SeqCst);
+        d
+    }
+
     /// Runs `f` under the engine lock, then lets the engine transmit (and,
     /// with `recv`, receive first), then wakes whoever got a result.
     pub(crate) fn with_driver<R>(&self, recv: bool, f: impl FnOnce(&mut Driver, u64) -> R) -> R {
@@ -204,7 +236,7 @@ impl Shared {
             Ok(r) => return r,
             Err(f) => f,
         };
-        let mut d = self.driver.lock();
+        let mut d = self.lock_engine();
         let now = self.clock(&mut d);
         self.last_app.store(now, Relaxed);
         let r = f(&mut d, now);
@@ -219,7 +251,7 @@ impl Shared {
             Ok(r) => return r,
             Err(f) => f,
         };
-        let mut d = self.driver.lock();
+        let mut d = self.lock_engine();
         let r = f(&mut d, 0);
         release(d);
         r
@@ -240,8 +272,15 @@ impl Shared {
 
     /// [`Self::drive_once`] that hands requests to `serving`'s handler.
     pub(crate) fn drive_once_serving(&self, serving: Option<&mut Serving>) -> Option<Pass> {
+        // Someone waits for the lock ([`Self::lock_engine`]): queue behind
+        // them, asleep, instead of spinning on a core they may need.
+        let queue = self.lock_waiters.load(Relaxed) != 0;
         let Some(s) = serving else {
-            let mut d = self.driver.try_lock()?;
+            let mut d = if queue {
+                self.lock_engine()
+            } else {
+                self.driver.try_lock()?
+            };
             let now = self.clock(&mut d);
             let before = d.stats.packets_received;
             self.drive(&mut d, now, true);
@@ -254,7 +293,11 @@ impl Shared {
         // held by value, so that it can be lent to the handler's calls (see
         // `serve.rs`). Taking the by-value guard on every round instead
         // cost two atomic operations on the `Arc` per empty poll.
-        let mut d = self.driver.try_lock()?;
+        let mut d = if queue {
+            self.lock_engine()
+        } else {
+            self.driver.try_lock()?
+        };
         let now = self.clock(&mut d);
         let before = d.stats.packets_received;
         if !self.drive_begin(&mut d, now, true) {
@@ -266,7 +309,7 @@ impl Shared {
         // events just received to the request queue) is correct; this pass
         // then finds fewer events.
         release(d);
-        let mut pass = Some(self.driver.lock_arc());
+        let mut pass = Some(self.lock_engine_arc());
         self.dispatch_serving(&mut pass, now, s);
         let d = pass
             .as_deref_mut()
@@ -509,7 +552,8 @@ impl Shared {
             || self.cfg.engine.window_policy == homa_proto::WindowPolicy::Adaptive;
         let at = |now: u64| if fresh { now.max(self.now_ns()) } else { now };
         for _ in 0..MAX_RX_ROUNDS {
-            let out = if faults.is_none() && self.cfg.landing && rx.landing() {
+            let landing = faults.is_none() && self.cfg.landing && rx.landing();
+            let out = if landing {
                 self.land_one(engine, rx, stats, at(now))
             } else {
                 rx.recv(&self.sock, stats, |src, data, seg| match faults.as_mut() {
@@ -540,6 +584,16 @@ impl Shared {
                     // and varied less (docs/performance.md, thirteenth
                     // session).
                     if engine.may_transmit() {
+                        break;
+                    }
+                    // A landed packet that gave the application something
+                    // (a stream's next bytes, a whole message) is handed
+                    // over before the next is copied in: a reader that
+                    // writes back what it reads starts after one packet
+                    // instead of after up to MAX_RX_ROUNDS (half a
+                    // megabyte on loopback). Landing takes one datagram
+                    // per system call anyway, so nothing is batched less.
+                    if landing && engine.has_events() {
                         break;
                     }
                 }

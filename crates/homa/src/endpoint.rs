@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use std::cell::Cell;
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -179,6 +179,7 @@ impl Endpoint {
             cfg,
             base_ns,
             driver: Arc::new(Mutex::new(driver)),
+            lock_waiters: AtomicU32::new(0),
             doorbell: EventFd::new()?,
             roles: Roles::default(),
             #[cfg(feature = "tokio")]

@@ -426,7 +426,7 @@ impl Shared {
             self.watcher_bell.drain();
         }
         if fds[1].revents != 0 || self.next_deadline.load(SeqCst) <= self.now_ns() {
-            let mut d = self.driver.lock();
+            let mut d = self.lock_engine();
             let now = self.clock(&mut d);
             d.watcher_driving = true;
             self.drive(&mut d, now, true);
@@ -727,7 +727,7 @@ impl Shared {
             );
             if drive {
                 self.counters.bg_drives.fetch_add(1, Relaxed);
-                let mut d = self.driver.lock();
+                let mut d = self.lock_engine();
                 let now = self.clock(&mut d);
                 self.drive(&mut d, now, true);
                 release(d);

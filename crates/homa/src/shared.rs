@@ -12,7 +12,7 @@ use crate::wait::{Notify, WaitQueue};
 use homa_proto::ServerRpc;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Arc;
 
 /// State shared by the endpoint's handles, its RPC handles, its serving
@@ -42,6 +42,10 @@ pub(crate) struct Shared {
     /// `Arc` so that a serving pass can hold its guard by value and lend it
     /// to the handler (`serve.rs`).
     pub(crate) driver: Arc<Mutex<Driver>>,
+    /// Threads blocked in [`Shared::lock_engine`] (an application call, the
+    /// watcher, the background thread): busy pollers leave the lock to them
+    /// (see there).
+    pub(crate) lock_waiters: AtomicU32,
     pub(crate) doorbell: EventFd,
     /// Who drives the engine and who sleeps (see `handoff.rs`).
     pub(crate) roles: Roles,

@@ -36,6 +36,10 @@ pub enum BenchCommand {
     /// Issue #22's On-Ramp experiment: repeated incasts over background
     /// traffic through shallow switch queues, On-Ramp on or off.
     Onramp(Box<crate::onramp_bench::OnRampArgs>),
+    /// Issue #21's short RPCs beside a saturating stream, with a shaped
+    /// link (not the CPU) as the bottleneck; TCP's echoes beside a bulk
+    /// flow the same way.
+    Beside(crate::beside_bench::BesideArgs),
 }
 
 /// Options shared by the node commands that open Homa endpoints.
@@ -218,6 +222,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Cluster(a) => cluster_cmd(a),
         BenchCommand::Coexist(a) => crate::coexist_bench::run(*a),
         BenchCommand::Onramp(a) => crate::onramp_bench::run(*a),
+        BenchCommand::Beside(a) => crate::beside_bench::run(a),
     }
 }
 

@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+mod beside_bench;
 mod client;
 mod cluster_bench;
 mod coexist_bench;

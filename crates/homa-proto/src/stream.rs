@@ -23,7 +23,8 @@
 //! * **Scheduling** (`outgoing.rs`): a stream's next packet competes with
 //!   the sender's SRPT head as a message of the bytes it can send now
 //!   (queued and within credit, at most a window), and takes the
-//!   unscheduled priority of a message of that length; while a stream
+//!   unscheduled priority of a message of that length while that is at
+//!   most the unscheduled bytes, the lowest level beyond; while a stream
 //!   waits behind shorter messages it accrues a share
 //!   (`Config::stream_share_permille`), so neither starves the other.
 
@@ -896,7 +897,8 @@ impl Endpoint {
     }
 
     /// Builds the next packet of `sid`'s sending side (a retransmission
-    /// first), at the unscheduled priority of a message of `rank` bytes.
+    /// first), at the unscheduled priority of a message of `rank` bytes
+    /// (the lowest level if `rank` exceeds the unscheduled bytes).
     fn send_stream_packet(
         &mut self,
         now: Time,
@@ -908,9 +910,20 @@ impl Endpoint {
         let window = self.stream_window();
         let pk = self.peers.find(sid.peer);
         let rank32 = rank.min(u32::MAX as u64) as u32;
-        let priority = match pk {
-            Some(k) => self.peers.unsched_priority(k, rank32),
-            None => self.derived.unsched_level(rank32),
+        let priority = if rank > self.derived.unsched_bytes() as u64 {
+            // More than a round trip's bytes ready: a long message, whose
+            // bytes beyond its first round trip a receiver grants at a
+            // scheduled level. Streams are not granted, so they take the
+            // lowest, below every short message and every granted one;
+            // with one unscheduled level (W4's plan) the unscheduled level
+            // of the stream's rank put a saturating stream's packets in the
+            // same switch queue as 100 B RPCs (`homa bench beside`).
+            0
+        } else {
+            match pk {
+                Some(k) => self.peers.unsched_priority(k, rank32),
+                None => self.derived.unsched_level(rank32),
+            }
         };
         let echo_time = pk.map_or(0, |k| self.peers[k].echo(now, self.derived.echo_hold()));
         let s = self.streams.table.get_mut(&sid).unwrap();
@@ -1505,6 +1518,38 @@ mod tests {
     use crate::{Config, Endpoint, Event, StreamRead};
     use bytes::Bytes;
     use std::net::SocketAddr;
+
+    /// A stream with more than the unscheduled bytes ready goes at the
+    /// lowest level; one with a short message to send at the unscheduled
+    /// level of its length, as a short RPC would.
+    #[test]
+    fn a_streams_priority_is_the_lowest_once_it_is_long() {
+        let cfg = Config::default()
+            .with_max_packet_size(1_500)
+            .with_unsched_bytes(Some(10_000))
+            .with_checksum(false);
+        let a: SocketAddr = "10.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "10.0.0.2:1".parse().unwrap();
+        let mut w = Endpoint::new(cfg.clone().with_rpc_id_seed(1), 0).unwrap();
+        let mut r = Endpoint::new(cfg.with_rpc_id_seed(2), 0).unwrap();
+        let short = w.derived.unsched_level(100);
+        assert!(short > 0, "the test needs unscheduled levels above 0");
+        let sid = w.open_stream(0, b).unwrap();
+        w.stream_send(0, sid, Bytes::from(vec![1u8; 100])).unwrap();
+        let mut buf = Vec::new();
+        let t = w.poll_transmit(0, &mut buf).unwrap();
+        assert_eq!(t.priority, short);
+        // The reader's credit (its window) lets 200,000 written bytes
+        // rank as a long message.
+        r.handle_datagram(1, a, &buf[..t.len]);
+        while let Some(t) = r.poll_transmit(2, &mut buf) {
+            w.handle_datagram(3, b, &buf[..t.len]);
+        }
+        w.stream_send(4, sid, Bytes::from(vec![1u8; 200_000]))
+            .unwrap();
+        let t = w.poll_transmit(4, &mut buf).unwrap();
+        assert_eq!(t.priority, 0);
+    }
 
     /// A stream packet received straight into the reader's buffer
     /// (`landing_site`, `handle_landed`) reads the same as one handed over

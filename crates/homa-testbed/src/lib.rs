@@ -20,6 +20,7 @@
 //! Everything here needs root (namespaces, tc); [`cmd::require_root`] gives
 //! a clear error otherwise.
 
+pub mod beside;
 pub mod bulk;
 pub mod cluster;
 pub mod cmd;

@@ -625,6 +625,45 @@ fn onramp_run_reports_incast_rounds_background_deciles_and_holds() {
     assert!(r.mean_hold_us * 1e3 <= r.max_hold_bound_ns as f64);
 }
 
+/// Issue #21's RPCs beside a saturating stream, briefly: with 8 classes
+/// the stream's packets go in the lowest class and the RPCs' in the
+/// highest (before the fix a long stream went at its rank's unscheduled
+/// level, which W4's plan puts in the top class with the RPCs); TCP's
+/// bulk flow and echoes share class 0. Latency ratios are not asserted
+/// (a loaded 2-core machine), only that both sides ran and moved bytes.
+#[test]
+fn beside_run_separates_the_stream_from_short_rpcs_by_priority() {
+    if !can_run() {
+        return;
+    }
+    remove_stale();
+    let p = prefix('s');
+    let mut cfg = homa_testbed::beside::BesideConfig::new();
+    cfg.testbed.prefix = p.clone();
+    cfg.rpcs = 100;
+    cfg.warmup = Duration::from_millis(200);
+    cfg.progress = false;
+    let r = homa_testbed::beside::run(&cfg).expect("beside run");
+    assert_gone(&p);
+    let text = r.text();
+    assert!(r.homa.bulk_mbps > 10.0, "{text}");
+    assert!(r.tcp.bulk_mbps > 10.0, "{text}");
+    assert_eq!(r.homa.beside.rpcs, 100);
+    let c = &r.homa.packets_by_class;
+    assert_eq!(c.len(), 8, "{text}");
+    // Requests and responses: at least two packets per RPC in class 7;
+    // the stream's data in class 0 (its credits are control packets, at
+    // the top; a packet sent while at most the unscheduled bytes were
+    // ready goes at their level, rarely).
+    assert!(c[7] >= 2 * 110, "{text}");
+    assert!(c[0] > 100, "{text}");
+    assert!(c[1..7].iter().sum::<u64>() * 20 <= c[0], "{text}");
+    assert!(
+        r.tcp.packets_by_class[1..].iter().all(|&n| n == 0),
+        "{text}"
+    );
+}
+
 // ------------------------------------------------------------ loopback
 
 /// A client against servers on 127.0.0.1 (no testbed, no root).

@@ -652,6 +652,13 @@ impl Endpoint {
             .get_mut(&sid)
             .ok_or(StreamError::Unknown)?;
         if let Some((bytes, end_of_message)) = s.rx.take() {
+            // A read that leaves nothing readable counts as one told
+            // `Pending`: the next bytes (or the end, or a failure) bring
+            // `StreamReadable`, so a reader that checks
+            // `stream_readable` need not call again only to hear `Pending`.
+            if !s.rx.readable() {
+                s.rx.waiting = true;
+            }
             // Credit as the reader frees room: a quarter window at a time,
             // or at once when the writer may be stopped by it.
             let credit = s.rx.consumed + window;
@@ -676,6 +683,16 @@ impl Endpoint {
         }
         s.rx.waiting = true;
         Ok(StreamRead::Pending)
+    }
+
+    /// Whether [`Self::stream_recv`] has something other than `Pending` to
+    /// say now (bytes, the end, or a failure). After a read that leaves
+    /// nothing readable, [`Event::StreamReadable`] comes when that changes.
+    pub fn stream_readable(&self, sid: StreamId) -> bool {
+        self.streams
+            .table
+            .get(&sid)
+            .is_none_or(|s| s.rx.readable() || matches!(s.phase, Phase::Failed(_)))
     }
 
     /// Bytes of the peer's direction read so far, and received in order so

@@ -24,12 +24,25 @@ use std::sync::Arc;
 
 /// What the driver sets when the engine says a stream may go on, and who
 /// to wake.
-#[derive(Default)]
 pub(crate) struct StreamSignals {
+    /// Up: a read may find something. Down: the engine said `Pending` or
+    /// its last read left nothing, and reports `StreamReadable` next.
     readable: AtomicBool,
     writable: AtomicBool,
     read_notify: Notify,
     write_notify: Notify,
+}
+
+impl Default for StreamSignals {
+    fn default() -> Self {
+        StreamSignals {
+            // Nothing read yet: the first read asks the engine.
+            readable: AtomicBool::new(true),
+            writable: AtomicBool::new(false),
+            read_notify: Notify::default(),
+            write_notify: Notify::default(),
+        }
+    }
 }
 
 impl StreamSignals {
@@ -246,6 +259,12 @@ impl Stream {
         let r = shared.locked(|d| {
             let now = shared.clock(d);
             let r = d.engine.stream_recv(now, sid);
+            // More to read: say so, so that the next read does not wait. A
+            // read that leaves nothing readable leaves the flag down; the
+            // engine then reports the next bytes (`stream_readable`).
+            if matches!(r, Ok(StreamRead::Data { .. })) && d.engine.stream_readable(sid) {
+                self.signals.readable.store(true, Release);
+            }
             if homa_proto::driver::FastPath::may_transmit(&d.engine) {
                 shared.drive(d, now, false);
             }
@@ -270,8 +289,14 @@ impl Stream {
     /// be; `None` once the peer finished and everything has been read.
     pub fn recv_chunk(&mut self) -> Result<Option<StreamChunk>> {
         loop {
-            if let Ok(c) = self.try_recv()? {
-                return Ok(c);
+            // With the flag down the engine has nothing to give and will
+            // report when it has (`try_recv`): wait first instead of asking
+            // it to say `Pending` (a lock and an engine call per message
+            // of an echo at each end).
+            if self.signals.readable.load(Acquire) {
+                if let Ok(c) = self.try_recv()? {
+                    return Ok(c);
+                }
             }
             self.shared
                 .wait_flag(&self.signals.readable, &self.signals.read_notify)?;

@@ -219,9 +219,7 @@ fn print_timetrace(size: usize, count: u64, dump: Option<&std::path::Path>) -> a
         let file =
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         let mut f = std::io::BufWriter::new(file);
-        for e in &events {
-            writeln!(f, "{:.1}\t{}\t{}", e.ns, e.thread, e.event)?;
-        }
+        homa::timetrace::dump(&events, "echo-bench", &mut f)?;
         f.flush()?;
     }
     let rts = events
@@ -229,7 +227,10 @@ fn print_timetrace(size: usize, count: u64, dump: Option<&std::path::Path>) -> a
         .filter(|e| e.event == "response returned")
         .count()
         .max(1);
-    eprintln!("time trace, {size} B echo ({rts} of {count} round trips retained):");
+    eprintln!(
+        "time trace, {size} B echo ({rts} of {count} round trips retained; one trace record costs {:.1} ns here):",
+        homa::timetrace::record_cost_ns(1_000_000)
+    );
     let medians = homa::timetrace::step_medians(&events);
     eprintln!("  mean/round trip   median   step");
     let (mut total, mut total_median) = (0.0, 0.0);

@@ -49,7 +49,8 @@ pub struct EchoBenchArgs {
     #[arg(long, requires = "timetrace", value_delimiter = ',')]
     pub timetrace_events: Option<Vec<String>>,
     /// With --timetrace: also write every recorded event to this file
-    /// (nanoseconds, thread, event; tab-separated).
+    /// (CLOCK_MONOTONIC ns, host, thread, event; tab-separated, as
+    /// `homa::timetrace::dump` writes and `parse_dump` reads).
     #[arg(long, requires = "timetrace")]
     pub timetrace_dump: Option<std::path::PathBuf>,
     /// How the Homa echo server takes requests: `serve` (the handler runs in

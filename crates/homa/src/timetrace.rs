@@ -2,10 +2,20 @@
 //! latency breakdowns in the style of RAMCloud's TimeTrace (seed 001).
 //!
 //! Off by default. When off, a trace point costs one relaxed atomic load and
-//! a branch. When on, each thread appends `(cycle counter, event)` to its own
-//! fixed-size ring (no locks, no allocation after the first event), and
-//! [`collect`] merges every thread's ring in time order. Events are static
-//! strings so recording never formats anything.
+//! a branch. When on, each thread appends `(cycle counter, format, up to
+//! four integer arguments)` to its own fixed-size ring (no locks, no
+//! allocation after the first event), and [`collect`] merges every
+//! thread's ring in time order. Formats are static strings and arguments
+//! plain integers, so recording never formats anything: [`TraceEvent::text`]
+//! puts the arguments into the format's `{}` when the trace is read.
+//! [`record_cost_ns`] measures what one record costs on this machine.
+//!
+//! Several processes (or hosts) are merged through their dumps
+//! ([`dump`], [`parse_dump`], [`merge`]): every event carries its time on
+//! `CLOCK_MONOTONIC`, which the processes of one host share; between hosts
+//! [`estimate_offset`] takes the clock offset from messages timed at both
+//! ends, each way (the smallest one-way times, as the Linux module's
+//! tools align their traces).
 //!
 //! `homa echo-bench --timetrace` prints the mean time between consecutive
 //! events of a round trip, which is how the runtime's overhead was found.
@@ -21,13 +31,18 @@ const RING: usize = 1 << 16;
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static SERIALIZED: AtomicBool = AtomicBool::new(false);
 static THREADS: Mutex<Vec<Arc<Ring>>> = Mutex::new(Vec::new());
-static CALIBRATION: OnceLock<(u64, Instant)> = OnceLock::new();
+/// The cycle counter, the `Instant` and `CLOCK_MONOTONIC` (ns) at one
+/// moment: the origin of every event's times.
+static CALIBRATION: OnceLock<(u64, Instant, u64)> = OnceLock::new();
+
+/// One slot: cycle counter, format, arguments.
+type Slot = (u64, &'static str, [u64; 4]);
 
 struct Ring {
     thread: String,
     /// Events written so far (the next slot is `next % RING`).
     next: AtomicUsize,
-    slots: UnsafeCell<Vec<(u64, &'static str)>>,
+    slots: UnsafeCell<Vec<Slot>>,
 }
 
 // SAFETY: only the owning thread writes `slots`, and it publishes each entry
@@ -54,9 +69,20 @@ fn cycles() -> u64 {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let (_, t0) = *CALIBRATION.get_or_init(|| (0, Instant::now()));
+        let (_, t0, _) = *calibration();
         t0.elapsed().as_nanos() as u64
     }
+}
+
+fn calibration() -> &'static (u64, Instant, u64) {
+    CALIBRATION.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: rdtsc has no preconditions.
+        let c = unsafe { core::arch::x86_64::_rdtsc() };
+        #[cfg(not(target_arch = "x86_64"))]
+        let c = 0;
+        (c, Instant::now(), crate::sys::monotonic_ns())
+    })
 }
 
 /// The cycle counter read after every earlier instruction has completed
@@ -93,7 +119,7 @@ pub fn set_serialized(on: bool) {
 
 /// Starts (or stops) recording. Starting clears nothing; see [`clear`].
 pub fn enable(on: bool) {
-    CALIBRATION.get_or_init(|| (cycles(), Instant::now()));
+    calibration();
     // The engine's own trace points, when compiled in (`engine-trace`).
     homa_proto::trace::set_hook(record);
     ENABLED.store(on, Ordering::Release);
@@ -109,8 +135,42 @@ pub fn enabled() -> bool {
 #[inline]
 pub fn record(event: &'static str) {
     if enabled() {
-        record_slow(event);
+        record_slow(event, [0; 4]);
     }
+}
+
+/// Records `format` with up to four integer arguments (unused ones 0),
+/// which [`TraceEvent::text`] puts into the format's `{}` in order, e.g.
+/// `record_args("rpc {} sent {} bytes", [id, len, 0, 0])`. Nothing is
+/// formatted while recording. See also [`tt!`](crate::tt).
+#[inline]
+pub fn record_args(format: &'static str, args: [u64; 4]) {
+    if enabled() {
+        record_slow(format, args);
+    }
+}
+
+/// Records a trace point with up to four integer arguments:
+/// `homa::tt!("rpc {} reply {} bytes", id, len)` is
+/// [`record_args`](crate::timetrace::record_args)`("rpc {} reply {} bytes", [id, len, 0, 0])`
+/// (each argument converted `as u64`).
+#[macro_export]
+macro_rules! tt {
+    ($fmt:literal) => {
+        $crate::timetrace::record($fmt)
+    };
+    ($fmt:literal, $a:expr) => {
+        $crate::timetrace::record_args($fmt, [$a as u64, 0, 0, 0])
+    };
+    ($fmt:literal, $a:expr, $b:expr) => {
+        $crate::timetrace::record_args($fmt, [$a as u64, $b as u64, 0, 0])
+    };
+    ($fmt:literal, $a:expr, $b:expr, $c:expr) => {
+        $crate::timetrace::record_args($fmt, [$a as u64, $b as u64, $c as u64, 0])
+    };
+    ($fmt:literal, $a:expr, $b:expr, $c:expr, $d:expr) => {
+        $crate::timetrace::record_args($fmt, [$a as u64, $b as u64, $c as u64, $d as u64])
+    };
 }
 
 /// Records only these events, if set (see [`set_only`]).
@@ -129,7 +189,7 @@ pub fn set_only(events: Option<&[&str]>) {
 }
 
 #[cold]
-fn record_slow(event: &'static str) {
+fn record_slow(event: &'static str, args: [u64; 4]) {
     let only = ONLY.load(Ordering::Acquire);
     // SAFETY: a non-null pointer came from `Box::into_raw` in `set_only`
     // and is never freed.
@@ -149,14 +209,14 @@ fn record_slow(event: &'static str) {
                     String::from,
                 ),
                 next: AtomicUsize::new(0),
-                slots: UnsafeCell::new(vec![(0, ""); RING]),
+                slots: UnsafeCell::new(vec![(0, "", [0; 4]); RING]),
             });
             THREADS.lock().unwrap().push(r.clone());
             r
         });
         let i = ring.next.load(Ordering::Relaxed);
         // SAFETY: this thread is the ring's only writer.
-        unsafe { (&mut *ring.slots.get())[i % RING] = (t, event) };
+        unsafe { (&mut *ring.slots.get())[i % RING] = (t, event, args) };
         ring.next.store(i + 1, Ordering::Release);
     });
 }
@@ -166,14 +226,73 @@ fn record_slow(event: &'static str) {
 pub struct TraceEvent {
     /// Nanoseconds since tracing was first enabled.
     pub ns: f64,
+    /// `CLOCK_MONOTONIC` at the event, ns: comparable across the processes
+    /// of one host.
+    pub mono_ns: u64,
     pub thread: String,
+    /// The event's name, or its format when it has arguments.
     pub event: &'static str,
+    /// Up to four arguments (unused ones 0).
+    pub args: [u64; 4],
+}
+
+impl TraceEvent {
+    /// The event with its arguments put into the format's `{}`, in order.
+    pub fn text(&self) -> String {
+        format_args_into(self.event, &self.args)
+    }
+}
+
+/// `format` with each `{}` replaced by the next of `args`.
+fn format_args_into(format: &str, args: &[u64; 4]) -> String {
+    let mut out = String::with_capacity(format.len() + 16);
+    let mut rest = format;
+    let mut k = 0;
+    while let Some(i) = rest.find("{}") {
+        out.push_str(&rest[..i]);
+        match args.get(k) {
+            Some(a) => out.push_str(&a.to_string()),
+            None => out.push_str("{}"),
+        }
+        k += 1;
+        rest = &rest[i + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The mean cost of one [`record_args`] with tracing on, ns: measured on a
+/// thread of its own (whose ring is dropped afterwards), `n` records after
+/// a warm-up that fills the ring's pages. Leaves tracing as it was.
+pub fn record_cost_ns(n: usize) -> f64 {
+    let was = enabled();
+    enable(true);
+    let cost = std::thread::spawn(move || {
+        for i in 0..RING as u64 {
+            record_args("warm {}", [i, 0, 0, 0]);
+        }
+        let t0 = Instant::now();
+        for i in 0..n as u64 {
+            record_args("cost {} {}", [i, i ^ 7, 0, 0]);
+        }
+        let ns = t0.elapsed().as_nanos() as f64 / n.max(1) as f64;
+        LOCAL.with(|l| {
+            if let Some(mine) = l.get() {
+                THREADS.lock().unwrap().retain(|r| !Arc::ptr_eq(r, mine));
+            }
+        });
+        ns
+    })
+    .join()
+    .unwrap_or(f64::NAN);
+    enable(was);
+    cost
 }
 
 /// Every thread's retained events, merged in time order. Call after
 /// `enable(false)`.
 pub fn collect() -> Vec<TraceEvent> {
-    let Some(&(c0, t0)) = CALIBRATION.get() else {
+    let Some(&(c0, t0, mono0)) = CALIBRATION.get() else {
         return Vec::new();
     };
     let elapsed = t0.elapsed().as_nanos() as f64;
@@ -193,16 +312,102 @@ pub fn collect() -> Vec<TraceEvent> {
         // longer written.
         let slots = unsafe { &*ring.slots.get() };
         for i in first..n {
-            let (c, e) = slots[i % RING];
+            let (c, e, args) = slots[i % RING];
+            let ns = c.saturating_sub(c0) as f64 * ns_per_cycle;
             out.push(TraceEvent {
-                ns: c.saturating_sub(c0) as f64 * ns_per_cycle,
+                ns,
+                mono_ns: mono0 + ns as u64,
                 thread: ring.thread.clone(),
                 event: e,
+                args,
             });
         }
     }
     out.sort_by(|a, b| a.ns.total_cmp(&b.ns));
     out
+}
+
+/// Writes `events` as text, one per line: `CLOCK_MONOTONIC` ns, `host`,
+/// thread and the event's text, tab-separated (what [`parse_dump`] reads;
+/// tabs in names become spaces).
+pub fn dump(
+    events: &[TraceEvent],
+    host: &str,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    let clean = |s: &str| s.replace(['\t', '\n'], " ");
+    let host = clean(host);
+    for e in events {
+        writeln!(
+            out,
+            "{}\t{}\t{}\t{}",
+            e.mono_ns,
+            host,
+            clean(&e.thread),
+            clean(&e.text())
+        )?;
+    }
+    Ok(())
+}
+
+/// One line of a [`dump`]: an event of some process, already formatted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DumpedEvent {
+    /// The host's `CLOCK_MONOTONIC` at the event, ns (plus the offset
+    /// [`merge`] applied).
+    pub ns: i64,
+    pub host: String,
+    pub thread: String,
+    pub text: String,
+}
+
+/// Reads a [`dump`]; lines that do not parse are skipped (a dump is
+/// diagnostic input, not a protocol).
+pub fn parse_dump(text: &str) -> Vec<DumpedEvent> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(4, '\t');
+            let ns = f.next()?.parse::<i64>().ok()?;
+            Some(DumpedEvent {
+                ns,
+                host: f.next()?.to_string(),
+                thread: f.next()?.to_string(),
+                text: f.next()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Merges dumps of several processes into one time line: each dump's
+/// times are moved by its offset (ns to add to bring that host's clock to
+/// the reference host's; 0 for processes of one host), then all events
+/// are sorted by time.
+pub fn merge(dumps: Vec<(Vec<DumpedEvent>, i64)>) -> Vec<DumpedEvent> {
+    let mut all: Vec<DumpedEvent> = dumps
+        .into_iter()
+        .flat_map(|(events, offset)| {
+            events.into_iter().map(move |mut e| {
+                e.ns += offset;
+                e
+            })
+        })
+        .collect();
+    all.sort_by_key(|e| e.ns);
+    all
+}
+
+/// The offset of host B's clock from host A's (ns to add to B's times),
+/// from messages timed at both ends: `a_to_b` holds (sent on A's clock,
+/// received on B's) and `b_to_a` (sent on B's, received on A's). The
+/// quickest message each way took the least queueing; assuming the two
+/// quickest took equally long, the offset is half the difference of the
+/// two smallest apparent one-way times. `None` without a message each way.
+pub fn estimate_offset(a_to_b: &[(i64, i64)], b_to_a: &[(i64, i64)]) -> Option<i64> {
+    let ab = a_to_b.iter().map(|&(s, r)| r - s).min()?;
+    let ba = b_to_a.iter().map(|&(s, r)| r - s).min()?;
+    // ab = d + (B - A), ba = d - (B - A): B - A = (ab - ba) / 2, and B's
+    // times are brought to A's by subtracting it.
+    Some(-(ab - ba) / 2)
 }
 
 /// Forgets every recorded event. Call it while tracing is off (a record in
@@ -452,11 +657,116 @@ mod tests {
         assert!(mine.iter().all(|e| e.event == "wrap"));
     }
 
+    /// Arguments are kept as integers and put into the format only when
+    /// read; events carry the monotonic clock.
+    #[test]
+    fn arguments_are_formatted_when_read() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        clear();
+        let before = crate::sys::monotonic_ns();
+        enable(true);
+        crate::tt!("args {} and {} of {}", 7, 11u32, 3usize);
+        crate::tt!("no args");
+        enable(false);
+        let after = crate::sys::monotonic_ns();
+        let me = std::thread::current()
+            .name()
+            .map(String::from)
+            .unwrap_or_default();
+        let ev: Vec<_> = collect().into_iter().filter(|e| e.thread == me).collect();
+        assert_eq!(ev.len(), 2);
+        assert_eq!(ev[0].text(), "args 7 and 11 of 3");
+        assert_eq!(ev[0].args, [7, 11, 3, 0]);
+        assert_eq!(ev[1].text(), "no args");
+        // The calibration is taken once per process: its origin is at or
+        // before this test's start, and the events fall within the test
+        // (with a microsecond of slack for the cycle counter's rate).
+        assert!(
+            ev[0].mono_ns <= after + 1_000,
+            "{} {}",
+            ev[0].mono_ns,
+            after
+        );
+        assert!(ev[0].mono_ns + 1_000_000_000 >= before);
+        assert!(ev[1].mono_ns >= ev[0].mono_ns);
+        assert_eq!(
+            format_args_into("{} {} {} {} {}", &[1, 2, 3, 4]),
+            "1 2 3 4 {}"
+        );
+    }
+
+    #[test]
+    fn dumps_parse_back_and_merge_with_offsets() {
+        let e = |mono_ns: u64, event: &'static str, a: u64| TraceEvent {
+            ns: 0.0,
+            mono_ns,
+            thread: "th\tread".into(),
+            event,
+            args: [a, 0, 0, 0],
+        };
+        let mut out = Vec::new();
+        dump(
+            &[e(100, "send {}", 1), e(300, "done", 0)],
+            "client",
+            &mut out,
+        )
+        .unwrap();
+        let a = parse_dump(std::str::from_utf8(&out).unwrap());
+        assert_eq!(a.len(), 2);
+        assert_eq!(
+            (a[0].ns, a[0].host.as_str(), a[0].thread.as_str()),
+            (100, "client", "th read")
+        );
+        assert_eq!(a[0].text, "send 1");
+        let mut out = Vec::new();
+        dump(&[e(5_150, "recv {}", 1)], "server", &mut out).unwrap();
+        out.extend_from_slice(b"garbage line\n");
+        let b = parse_dump(std::str::from_utf8(&out).unwrap());
+        assert_eq!(b.len(), 1);
+        let m = merge(vec![(a, 0), (b, -5_000)]);
+        let order: Vec<_> = m.iter().map(|e| (e.ns, e.text.as_str())).collect();
+        assert_eq!(order, vec![(100, "send 1"), (150, "recv 1"), (300, "done")]);
+    }
+
+    /// B's clock runs 5 µs ahead of A's; messages take 1 µs plus queueing.
+    #[test]
+    fn the_offset_comes_from_the_quickest_message_each_way() {
+        let off = 5_000i64;
+        let a_to_b: Vec<(i64, i64)> = [0, 300, 50, 900]
+            .iter()
+            .enumerate()
+            .map(|(i, &q)| {
+                let s = i as i64 * 10_000;
+                (s, s + 1_000 + q + off)
+            })
+            .collect();
+        let b_to_a: Vec<(i64, i64)> = [700, 0, 20]
+            .iter()
+            .enumerate()
+            .map(|(i, &q)| {
+                let s = i as i64 * 10_000 + off;
+                (s, s - off + 1_000 + q)
+            })
+            .collect();
+        assert_eq!(estimate_offset(&a_to_b, &b_to_a), Some(-off));
+        assert_eq!(estimate_offset(&a_to_b, &[]), None);
+    }
+
+    #[test]
+    fn a_record_costs_a_finite_time() {
+        let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let ns = record_cost_ns(10_000);
+        assert!(ns.is_finite() && ns > 0.0, "{ns}");
+        assert!(!enabled());
+    }
+
     fn ev(ns: f64, event: &'static str) -> TraceEvent {
         TraceEvent {
             ns,
+            mono_ns: ns as u64,
             thread: "t".into(),
             event,
+            args: [0; 4],
         }
     }
 
@@ -464,8 +774,10 @@ mod tests {
     fn turnarounds_pair_each_start_with_its_threads_next_end() {
         let on = |thread: &str, ns: f64, event: &'static str| TraceEvent {
             ns,
+            mono_ns: ns as u64,
             thread: thread.into(),
             event,
+            args: [0; 4],
         };
         let events = vec![
             on("a", 0.0, "got"),
@@ -490,8 +802,10 @@ mod tests {
     fn one_ways_pair_a_send_with_the_other_threads_next_receive() {
         let on = |thread: &str, ns: f64, event: &'static str| TraceEvent {
             ns,
+            mono_ns: ns as u64,
             thread: thread.into(),
             event,
+            args: [0; 4],
         };
         let mut events = Vec::new();
         for i in 0..3 {

@@ -179,6 +179,19 @@ fn side(
     }
 }
 
+/// Runs `op` `n / 10` times untimed, then `n` times timed: the times, ns.
+fn timed(n: usize, mut op: impl FnMut() -> Result<()>) -> Result<Vec<u64>> {
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n + n / 10 {
+        let t0 = Instant::now();
+        op()?;
+        if i >= n / 10 {
+            v.push(t0.elapsed().as_nanos() as u64);
+        }
+    }
+    Ok(v)
+}
+
 /// Brings the testbed up, runs both transports, takes it down.
 pub fn run(cfg: &BesideConfig) -> Result<BesideReport> {
     cfg.testbed.validate()?;
@@ -253,20 +266,15 @@ fn homa_side(tb: &Testbed, cfg: &BesideConfig) -> Result<Side> {
     })?;
     let call = |n: usize| -> Result<Vec<u64>> {
         let msg = Bytes::from(vec![7u8; RPC_BYTES]);
-        let mut v = Vec::with_capacity(n);
-        for i in 0..n + n / 10 {
-            let t0 = Instant::now();
+        timed(n, || {
             let r = client
                 .call(server_addr, msg.clone())
                 .map_err(|e| Error::bench(format!("Homa RPC: {e}")))?;
             if r.len() != RPC_BYTES {
                 return Err(Error::bench("Homa RPC: short response"));
             }
-            if i >= n / 10 {
-                v.push(t0.elapsed().as_nanos() as u64);
-            }
-        }
-        Ok(v)
+            Ok(())
+        })
     };
     say(cfg.progress, "Homa: 100 B RPCs alone");
     let alone = call(cfg.rpcs)?;
@@ -334,16 +342,11 @@ fn tcp_side(tb: &Testbed, cfg: &BesideConfig) -> Result<Side> {
     let mut echo = |n: usize| -> Result<Vec<u64>> {
         let msg = [7u8; RPC_BYTES];
         let mut back = [0u8; RPC_BYTES];
-        let mut v = Vec::with_capacity(n);
-        for i in 0..n + n / 10 {
-            let t0 = Instant::now();
+        timed(n, || {
             conn.write_all(&msg)?;
             conn.read_exact(&mut back)?;
-            if i >= n / 10 {
-                v.push(t0.elapsed().as_nanos() as u64);
-            }
-        }
-        Ok(v)
+            Ok(())
+        })
     };
     say(cfg.progress, "TCP: 100 B echoes alone");
     let alone = echo(cfg.rpcs)?;

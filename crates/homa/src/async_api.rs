@@ -307,6 +307,42 @@ impl Shared {
         }
     }
 
+    /// One poll of an `AsyncRead`/`AsyncWrite` that waits for `ready()`:
+    /// drives the engine once if it is not, then registers the task with
+    /// `notify` and re-checks; `Pending` counts the caller as a blocked
+    /// waiter (`counted`, so the background thread or the driver task keeps
+    /// the engine going), `Ready` uncounts it. `Ready(Err)` once the
+    /// endpoint is shut down.
+    pub(crate) fn poll_ready(
+        self: &Arc<Self>,
+        cx: &mut std::task::Context<'_>,
+        ready: impl Fn() -> bool,
+        notify: &crate::wait::Notify,
+        counted: &mut bool,
+    ) -> Poll<std::io::Result<()>> {
+        if !ready() {
+            self.drive_once();
+        }
+        if !ready() {
+            notify.register(Waiter::Task(cx.waker().clone()));
+            if !ready() {
+                if self.is_shut() {
+                    return Poll::Ready(Err(Error::Shutdown.into()));
+                }
+                if !*counted {
+                    *counted = true;
+                    self.enter_blocked_async();
+                }
+                return Poll::Pending;
+            }
+        }
+        if *counted {
+            *counted = false;
+            self.leave_blocked();
+        }
+        Poll::Ready(Ok(()))
+    }
+
     /// Registers a waiting future: counted as blocked, and watched for by
     /// the driver task (or, without a runtime, the background thread).
     pub(crate) fn enter_blocked_async(self: &Arc<Self>) {

@@ -433,28 +433,16 @@ mod tokio_api {
         ) -> Poll<io::Result<()>> {
             let this = self.get_mut();
             let pos = this.pos;
-            let ready = |m: &homa_proto::PartialMessage| {
-                m.readable() > pos || m.state() != PartialState::Receiving
-            };
-            if buf.remaining() > 0 && !ready(this.inner()) {
-                this.shared.drive_once();
-                if !ready(this.inner()) {
-                    this.notify.register(Waiter::Task(cx.waker().clone()));
-                    if !ready(this.inner()) {
-                        if this.shared.is_shut() {
-                            return Poll::Ready(Err(Error::Shutdown.into()));
-                        }
-                        if !this.async_counted {
-                            this.async_counted = true;
-                            this.shared.enter_blocked_async();
-                        }
-                        return Poll::Pending;
-                    }
-                }
-            }
-            if this.async_counted {
-                this.async_counted = false;
-                this.shared.leave_blocked();
+            let wants = buf.remaining() > 0;
+            let message = this.message.as_ref().expect("present until consumed");
+            let ready =
+                || !wants || message.readable() > pos || message.state() != PartialState::Receiving;
+            match this
+                .shared
+                .poll_ready(cx, ready, &this.notify, &mut this.async_counted)
+            {
+                Poll::Ready(Ok(())) => {}
+                other => return other,
             }
             let inner = this.message.as_ref().expect("present until consumed");
             let dst = buf.initialize_unfilled();

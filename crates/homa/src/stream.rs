@@ -494,27 +494,8 @@ mod tokio_api {
             } else {
                 (&self.signals.readable, &self.signals.read_notify)
             };
-            if !flag.load(Acquire) {
-                self.shared.drive_once();
-            }
-            if !flag.load(Acquire) {
-                notify.register(Waiter::Task(cx.waker().clone()));
-                if !flag.load(Acquire) {
-                    if self.shared.is_shut() {
-                        return Poll::Ready(Err(Error::Shutdown.into()));
-                    }
-                    if !self.async_counted {
-                        self.async_counted = true;
-                        self.shared.enter_blocked_async();
-                    }
-                    return Poll::Pending;
-                }
-            }
-            if self.async_counted {
-                self.async_counted = false;
-                self.shared.leave_blocked();
-            }
-            Poll::Ready(Ok(()))
+            self.shared
+                .poll_ready(cx, || flag.load(Acquire), notify, &mut self.async_counted)
         }
     }
 

@@ -97,6 +97,32 @@ pub struct RpcsBesideStream {
     pub tcp_unloaded_p99_us: f64,
     pub tcp_loaded_p99_us: f64,
     pub tcp_stream_gbps: f64,
+    /// Time the RPC client thread spent runnable but waiting for a CPU
+    /// (the kernel's `schedstat` run delay), µs per RPC: alone and beside
+    /// the stream; the same for the TCP echo client. What grows here is
+    /// the CPU scheduler's share of the latency, not the transport's.
+    pub unloaded_cpu_wait_us_per_rpc: f64,
+    pub loaded_cpu_wait_us_per_rpc: f64,
+    pub tcp_unloaded_cpu_wait_us_per_rpc: f64,
+    pub tcp_loaded_cpu_wait_us_per_rpc: f64,
+}
+
+/// Nanoseconds this thread has waited runnable for a CPU so far
+/// (`/proc/thread-self/schedstat`, second field; 0 if unavailable).
+fn cpu_wait_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Runs `f` and returns its result with this thread's CPU wait during
+/// it, µs per `per` operations.
+fn with_cpu_wait<T>(per: u64, f: impl FnOnce() -> T) -> (T, f64) {
+    let w0 = cpu_wait_ns();
+    let r = f();
+    let us = cpu_wait_ns().saturating_sub(w0) as f64 / 1e3 / per.max(1) as f64;
+    (r, (us * 100.0).round() / 100.0)
 }
 
 /// Everything `--json` prints.
@@ -581,8 +607,10 @@ fn rpcs_beside_stream(cfg: &homa::EndpointConfig, iters: u64) -> anyhow::Result<
         }
         Ok(())
     };
+    let timed = iters + iters / 10;
     let mut alone = new_histogram();
-    run(&mut alone)?;
+    let (r, wait_alone) = with_cpu_wait(timed, || run(&mut alone));
+    r?;
     // The stream, from its own endpoint and thread.
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
@@ -606,7 +634,7 @@ fn rpcs_beside_stream(cfg: &homa::EndpointConfig, iters: u64) -> anyhow::Result<
     };
     std::thread::sleep(Duration::from_millis(50));
     let mut loaded = new_histogram();
-    let r = run(&mut loaded);
+    let (r, wait_loaded) = with_cpu_wait(timed, || run(&mut loaded));
     stop.store(true, Ordering::Relaxed);
     let (sent, secs) = writer
         .join()
@@ -620,7 +648,7 @@ fn rpcs_beside_stream(cfg: &homa::EndpointConfig, iters: u64) -> anyhow::Result<
     rpc_server
         .join()
         .map_err(|_| anyhow::anyhow!("RPC server panicked"))??;
-    let (tcp_alone, tcp_loaded, tcp_gbps) = tcp_beside_bulk(iters)?;
+    let (tcp_alone, tcp_loaded, tcp_gbps, tcp_waits) = tcp_beside_bulk(iters)?;
     Ok(RpcsBesideStream {
         unloaded_p50_us: us(&alone, 0.5),
         unloaded_p99_us: us(&alone, 0.99),
@@ -630,6 +658,10 @@ fn rpcs_beside_stream(cfg: &homa::EndpointConfig, iters: u64) -> anyhow::Result<
         tcp_unloaded_p99_us: us(&tcp_alone, 0.99),
         tcp_loaded_p99_us: us(&tcp_loaded, 0.99),
         tcp_stream_gbps: tcp_gbps,
+        unloaded_cpu_wait_us_per_rpc: wait_alone,
+        loaded_cpu_wait_us_per_rpc: wait_loaded,
+        tcp_unloaded_cpu_wait_us_per_rpc: tcp_waits.0,
+        tcp_loaded_cpu_wait_us_per_rpc: tcp_waits.1,
     })
 }
 
@@ -637,9 +669,13 @@ fn rpcs_beside_stream(cfg: &homa::EndpointConfig, iters: u64) -> anyhow::Result<
 /// alone and while another connection carries a bulk transfer in 64 KB
 /// writes (each connection served by its own thread, as Homa's RPC server
 /// and stream reader are).
-fn tcp_beside_bulk(iters: u64) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, f64)> {
+fn tcp_beside_bulk(
+    iters: u64,
+) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, f64, (f64, f64))> {
     let poll = Duration::from_micros(50);
-    let alone = tcp_pingpong(100, iters, iters / 10, poll)?;
+    let timed = iters + iters / 10;
+    let (alone, wait_alone) = with_cpu_wait(timed, || tcp_pingpong(100, iters, iters / 10, poll));
+    let alone = alone?;
     let (mut c, mut s) = tcp_pair()?;
     let stop = Arc::new(AtomicBool::new(false));
     let sink = std::thread::spawn(move || tcp_drain(&mut s, u64::MAX));
@@ -658,7 +694,7 @@ fn tcp_beside_bulk(iters: u64) -> anyhow::Result<(Histogram<u64>, Histogram<u64>
         })
     };
     std::thread::sleep(Duration::from_millis(50));
-    let loaded = tcp_pingpong(100, iters, iters / 10, poll);
+    let (loaded, wait_loaded) = with_cpu_wait(timed, || tcp_pingpong(100, iters, iters / 10, poll));
     stop.store(true, Ordering::Relaxed);
     let (sent, secs) = writer
         .join()
@@ -668,7 +704,7 @@ fn tcp_beside_bulk(iters: u64) -> anyhow::Result<(Histogram<u64>, Histogram<u64>
         .map_err(|_| anyhow::anyhow!("TCP reader panicked"))??;
     anyhow::ensure!(got == sent, "TCP reader got {got} of {sent} bytes");
     let gbps = (sent as f64 * 8.0 / secs / 1e9 * 1000.0).round() / 1000.0;
-    Ok((alone, loaded?, gbps))
+    Ok((alone, loaded?, gbps, (wait_alone, wait_loaded)))
 }
 
 /// The same-run ratios the goals are stated in, as text.
@@ -723,6 +759,13 @@ pub fn print_ratios(r: &StreamReport) {
             b.tcp_loaded_p99_us,
             b.tcp_unloaded_p99_us,
             b.tcp_loaded_p99_us / b.tcp_unloaded_p99_us
+        );
+        println!(
+            "RPC client thread waiting for a CPU, us per RPC: Homa {:.2} alone, {:.2} beside the stream; TCP {:.2} alone, {:.2} beside the bulk connection",
+            b.unloaded_cpu_wait_us_per_rpc,
+            b.loaded_cpu_wait_us_per_rpc,
+            b.tcp_unloaded_cpu_wait_us_per_rpc,
+            b.tcp_loaded_cpu_wait_us_per_rpc
         );
     }
 }

@@ -648,20 +648,20 @@ fn rpcs_beside_stream(cfg: &homa::EndpointConfig, iters: u64) -> anyhow::Result<
     rpc_server
         .join()
         .map_err(|_| anyhow::anyhow!("RPC server panicked"))??;
-    let (tcp_alone, tcp_loaded, tcp_gbps, tcp_waits) = tcp_beside_bulk(iters)?;
+    let tcp = tcp_beside_bulk(iters)?;
     Ok(RpcsBesideStream {
         unloaded_p50_us: us(&alone, 0.5),
         unloaded_p99_us: us(&alone, 0.99),
         loaded_p50_us: us(&loaded, 0.5),
         loaded_p99_us: us(&loaded, 0.99),
         stream_gbps: (sent as f64 * 8.0 / secs / 1e9 * 1000.0).round() / 1000.0,
-        tcp_unloaded_p99_us: us(&tcp_alone, 0.99),
-        tcp_loaded_p99_us: us(&tcp_loaded, 0.99),
-        tcp_stream_gbps: tcp_gbps,
+        tcp_unloaded_p99_us: us(&tcp.alone, 0.99),
+        tcp_loaded_p99_us: us(&tcp.loaded, 0.99),
+        tcp_stream_gbps: tcp.gbps,
         unloaded_cpu_wait_us_per_rpc: wait_alone,
         loaded_cpu_wait_us_per_rpc: wait_loaded,
-        tcp_unloaded_cpu_wait_us_per_rpc: tcp_waits.0,
-        tcp_loaded_cpu_wait_us_per_rpc: tcp_waits.1,
+        tcp_unloaded_cpu_wait_us_per_rpc: tcp.waits.0,
+        tcp_loaded_cpu_wait_us_per_rpc: tcp.waits.1,
     })
 }
 
@@ -669,9 +669,17 @@ fn rpcs_beside_stream(cfg: &homa::EndpointConfig, iters: u64) -> anyhow::Result<
 /// alone and while another connection carries a bulk transfer in 64 KB
 /// writes (each connection served by its own thread, as Homa's RPC server
 /// and stream reader are).
-fn tcp_beside_bulk(
-    iters: u64,
-) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, f64, (f64, f64))> {
+/// TCP's echoes alone and beside a bulk connection.
+struct TcpBeside {
+    alone: Histogram<u64>,
+    loaded: Histogram<u64>,
+    /// The bulk connection's rate, Gbit/s.
+    gbps: f64,
+    /// The echo client's CPU wait per echo, µs: alone, beside.
+    waits: (f64, f64),
+}
+
+fn tcp_beside_bulk(iters: u64) -> anyhow::Result<TcpBeside> {
     let poll = Duration::from_micros(50);
     let timed = iters + iters / 10;
     let (alone, wait_alone) = with_cpu_wait(timed, || tcp_pingpong(100, iters, iters / 10, poll));
@@ -704,7 +712,12 @@ fn tcp_beside_bulk(
         .map_err(|_| anyhow::anyhow!("TCP reader panicked"))??;
     anyhow::ensure!(got == sent, "TCP reader got {got} of {sent} bytes");
     let gbps = (sent as f64 * 8.0 / secs / 1e9 * 1000.0).round() / 1000.0;
-    Ok((alone, loaded?, gbps, (wait_alone, wait_loaded)))
+    Ok(TcpBeside {
+        alone,
+        loaded: loaded?,
+        gbps,
+        waits: (wait_alone, wait_loaded),
+    })
 }
 
 /// The same-run ratios the goals are stated in, as text.

@@ -1,0 +1,311 @@
+//! `homa rpc-bench` (issue #23): the cost of the homa-rpc framework over
+//! the raw API, in the same run. `homa-raw` is a raw `Endpoint` echo
+//! (`serve` + `call`, the request's bytes echoed from the pool);
+//! `homa-rpc` is a null method through the framework (an `inline` method
+//! taking and returning `Raw` bytes of the same size, so both move the
+//! same bytes each way). The two take turns in rounds, each round on
+//! freshly bound endpoints after its own warm-up. The fan-out rows time
+//! one outer call whose `inline` handler makes 1 or N nested calls to a
+//! backend server, started together and then waited for.
+
+use crate::echo::{homa_echo, round_share};
+use crate::stats::{new_histogram, record};
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use homa::Endpoint;
+use homa_rpc::{Context, Raw, Server, Status};
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+homa_rpc::service! {
+    /// The benchmark's services: a null method and a fan-out.
+    pub mod bench {
+        /// Returns its request's bytes.
+        inline fn null(Raw) -> Raw;
+        /// Makes `n` nested `null` calls of 100 bytes to the backends in
+        /// parallel, run to completion in the receive pass.
+        inline fn fan(u32) -> u32;
+    }
+}
+
+/// The fan-out handler's backends.
+struct Bench {
+    backends: Vec<SocketAddr>,
+    nested_payload: Bytes,
+}
+
+impl bench::Service for Bench {
+    fn null(&self, _cx: &Context, m: homa::Message) -> Result<Bytes, Status> {
+        Ok(m.into_bytes())
+    }
+    fn fan(&self, cx: &Context, n: u32) -> Result<u32, Status> {
+        let rpc = cx.client()?;
+        let calls = (0..n as usize)
+            .map(|i| {
+                let addr = self.backends[i % self.backends.len()];
+                rpc.start::<Raw, Raw>(addr, bench::ids::null, &self.nested_payload)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for c in calls {
+            c.wait()?;
+        }
+        Ok(n)
+    }
+}
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct RpcBench {
+    pub sizes: Vec<usize>,
+    /// Round trips per transport and size (after a tenth as many for
+    /// warm-up in each round).
+    pub iters: u64,
+    /// Transports take turns in this many rounds.
+    pub rounds: u64,
+    /// Nested calls of the fan-out rows (e.g. `[1, 3]`; empty: skip).
+    pub fanout: Vec<u32>,
+    /// Outer calls per fan-out width.
+    pub fanout_iters: u64,
+    /// Backend servers the nested calls go to (round robin).
+    pub backends: usize,
+    pub homa: homa::EndpointConfig,
+    pub progress: bool,
+}
+
+/// One transport at one size.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RpcRow {
+    pub transport: String,
+    pub size: usize,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+/// One fan-out width: the outer call's latency.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct FanoutRow {
+    pub nested: u32,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+/// Everything `--json` prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct RpcReport {
+    pub rows: Vec<RpcRow>,
+    pub fanout: Vec<FanoutRow>,
+}
+
+fn us(h: &Histogram<u64>, q: f64) -> f64 {
+    (h.value_at_quantile(q) as f64 / 10.0).round() / 100.0
+}
+
+fn say(on: bool, what: &str) {
+    if on {
+        eprintln!("rpc-bench: {what}");
+    }
+}
+
+/// Serves `s` on its own thread until it is shut down.
+fn serve(s: &Server) -> std::thread::JoinHandle<homa::Result<()>> {
+    let s = s.clone();
+    std::thread::spawn(move || s.serve())
+}
+
+/// `count` null calls of `size` bytes through the framework, after
+/// `warmup`, on a fresh server and client.
+pub fn rpc_echo(
+    cfg: &homa::EndpointConfig,
+    size: usize,
+    count: u64,
+    warmup: u64,
+) -> anyhow::Result<Histogram<u64>> {
+    let server = Server::builder(Endpoint::bind_with("127.0.0.1:0", cfg.clone())?)
+        .workers(1)
+        .service(bench::server(Bench {
+            backends: Vec::new(),
+            nested_payload: Bytes::new(),
+        }))
+        .build();
+    let t = serve(&server);
+    let client = homa_rpc::Client::new(Endpoint::bind_with("127.0.0.1:0", cfg.clone())?);
+    let stub = bench::Client::new(client, server.endpoint().local_addr());
+    let req = crate::payload::Payloads::new(size).payload(4, size);
+    let mut h = new_histogram();
+    let result = (|| -> anyhow::Result<()> {
+        for i in 0..warmup + count {
+            let t0 = Instant::now();
+            let reply = stub.null(&req)?;
+            let ns = t0.elapsed().as_nanos() as u64;
+            anyhow::ensure!(
+                reply.len() == size,
+                "echo of {} bytes, sent {size}",
+                reply.len()
+            );
+            if i >= warmup {
+                record(&mut h, ns);
+            }
+        }
+        Ok(())
+    })();
+    server.shutdown();
+    let _ = t.join();
+    result.map(|_| h)
+}
+
+/// Outer calls whose handler makes `n` nested calls, `count` of them
+/// after `warmup`, on fresh servers.
+pub fn fanout(
+    cfg: &homa::EndpointConfig,
+    n: u32,
+    backends: usize,
+    count: u64,
+    warmup: u64,
+) -> anyhow::Result<Histogram<u64>> {
+    let mut servers = Vec::new();
+    let mut addrs = Vec::new();
+    for _ in 0..backends.max(1) {
+        let s = Server::builder(Endpoint::bind_with("127.0.0.1:0", cfg.clone())?)
+            .workers(1)
+            .service(bench::server(Bench {
+                backends: Vec::new(),
+                nested_payload: Bytes::new(),
+            }))
+            .build();
+        addrs.push(s.endpoint().local_addr());
+        servers.push(s);
+    }
+    let front = Server::builder(Endpoint::bind_with("127.0.0.1:0", cfg.clone())?)
+        .workers(1)
+        .service(bench::server(Bench {
+            backends: addrs,
+            nested_payload: crate::payload::Payloads::new(100).payload(5, 100),
+        }))
+        .build();
+    servers.push(front.clone());
+    let threads: Vec<_> = servers.iter().map(serve).collect();
+    let client = homa_rpc::Client::new(Endpoint::bind_with("127.0.0.1:0", cfg.clone())?);
+    let stub = bench::Client::new(client, front.endpoint().local_addr());
+    let mut h = new_histogram();
+    let result = (|| -> anyhow::Result<()> {
+        for i in 0..warmup + count {
+            let t0 = Instant::now();
+            let got = stub.fan(&n)?;
+            let ns = t0.elapsed().as_nanos() as u64;
+            anyhow::ensure!(got == n, "fan-out answered {got}, asked {n}");
+            if i >= warmup {
+                record(&mut h, ns);
+            }
+        }
+        Ok(())
+    })();
+    for s in &servers {
+        s.shutdown();
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    result.map(|_| h)
+}
+
+pub fn measure(b: &RpcBench) -> anyhow::Result<RpcReport> {
+    let rounds = b.rounds.max(1);
+    let mut rows = Vec::new();
+    for &size in &b.sizes {
+        say(
+            b.progress,
+            &format!("{size} B: homa-raw and homa-rpc, {rounds} rounds"),
+        );
+        let (mut raw, mut rpc) = (new_histogram(), new_histogram());
+        for r in 0..rounds {
+            let share = round_share(b.iters, rounds, r).max(10);
+            raw.add(homa_echo(&b.homa, size, share, share / 10, false, true)?)?;
+            rpc.add(rpc_echo(&b.homa, size, share, share / 10)?)?;
+        }
+        for (t, h) in [("homa-raw", &raw), ("homa-rpc", &rpc)] {
+            rows.push(RpcRow {
+                transport: t.into(),
+                size,
+                p50_us: us(h, 0.5),
+                p99_us: us(h, 0.99),
+            });
+        }
+    }
+    let mut fan = Vec::new();
+    if !b.fanout.is_empty() {
+        say(
+            b.progress,
+            &format!("fan-out {:?}, {rounds} rounds", b.fanout),
+        );
+        let mut hs: Vec<_> = b.fanout.iter().map(|_| new_histogram()).collect();
+        for r in 0..rounds {
+            let share = round_share(b.fanout_iters, rounds, r).max(10);
+            for (&n, h) in b.fanout.iter().zip(hs.iter_mut()) {
+                h.add(fanout(&b.homa, n, b.backends, share, share / 10)?)?;
+            }
+        }
+        for (&n, h) in b.fanout.iter().zip(&hs) {
+            fan.push(FanoutRow {
+                nested: n,
+                p50_us: us(h, 0.5),
+                p99_us: us(h, 0.99),
+            });
+        }
+    }
+    Ok(RpcReport { rows, fanout: fan })
+}
+
+/// The same-run ratios the issue's goals are stated in.
+pub fn print_ratios(r: &RpcReport) {
+    for raw in r.rows.iter().filter(|x| x.transport == "homa-raw") {
+        if let Some(rpc) = r
+            .rows
+            .iter()
+            .find(|x| x.transport == "homa-rpc" && x.size == raw.size)
+        {
+            println!(
+                "{} B: homa-rpc / homa-raw p50 {:.2}x, p99 {:.2}x (goal p50 <= 1.1x)",
+                raw.size,
+                rpc.p50_us / raw.p50_us,
+                rpc.p99_us / raw.p99_us
+            );
+        }
+    }
+    if let (Some(one), Some(wide)) = (
+        r.fanout.iter().find(|f| f.nested == 1),
+        r.fanout
+            .iter()
+            .filter(|f| f.nested > 1)
+            .max_by_key(|f| f.nested),
+    ) {
+        println!(
+            "fan-out: {} nested / 1 nested p50 {:.2}x (goal for 3 <= 1.5x)",
+            wide.nested,
+            wide.p50_us / one.p50_us
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_small_run_measures_every_row() {
+        let r = measure(&RpcBench {
+            sizes: vec![100],
+            iters: 40,
+            rounds: 2,
+            fanout: vec![1, 3],
+            fanout_iters: 40,
+            backends: 1,
+            homa: crate::loopback_config(),
+            progress: false,
+        })
+        .unwrap();
+        assert_eq!(r.rows.len(), 2);
+        assert_eq!(r.fanout.len(), 2);
+        assert!(r.rows.iter().all(|x| x.p50_us > 0.0));
+    }
+}

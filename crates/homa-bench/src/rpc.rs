@@ -16,6 +16,7 @@ use homa::Endpoint;
 use homa_rpc::{Context, Raw, Server, Status};
 use serde::Serialize;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 homa_rpc::service! {
@@ -26,6 +27,10 @@ homa_rpc::service! {
         /// Makes `n` nested `null` calls of 100 bytes to the backends in
         /// parallel, run to completion in the receive pass.
         inline fn fan(u32) -> u32;
+        /// The same on the worker pool (a thread handoff each way).
+        pool fn fan_pool(u32) -> u32;
+        /// The same as a tokio task, awaiting the nested calls.
+        task fn fan_task(u32) -> u32;
     }
 }
 
@@ -35,20 +40,35 @@ struct Bench {
     nested_payload: Bytes,
 }
 
+impl Bench {
+    /// Starts `n` nested calls at once (round robin over the backends).
+    fn start_nested(&self, cx: &Context, n: u32) -> Result<Vec<homa_rpc::Call<Raw>>, Status> {
+        let rpc = cx.client()?;
+        (0..n as usize)
+            .map(|i| {
+                let addr = self.backends[i % self.backends.len()];
+                rpc.start::<Raw, Raw>(addr, bench::ids::null, &self.nested_payload)
+            })
+            .collect()
+    }
+}
+
 impl bench::Service for Bench {
     fn null(&self, _cx: &Context, m: homa::Message) -> Result<Bytes, Status> {
         Ok(m.into_bytes())
     }
     fn fan(&self, cx: &Context, n: u32) -> Result<u32, Status> {
-        let rpc = cx.client()?;
-        let calls = (0..n as usize)
-            .map(|i| {
-                let addr = self.backends[i % self.backends.len()];
-                rpc.start::<Raw, Raw>(addr, bench::ids::null, &self.nested_payload)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        for c in calls {
+        for c in self.start_nested(cx, n)? {
             c.wait()?;
+        }
+        Ok(n)
+    }
+    fn fan_pool(&self, cx: &Context, n: u32) -> Result<u32, Status> {
+        self.fan(cx, n)
+    }
+    async fn fan_task(self: Arc<Self>, cx: Context, n: u32) -> Result<u32, Status> {
+        for c in self.start_nested(&cx, n)? {
+            c.wait_async().await?;
         }
         Ok(n)
     }
@@ -67,6 +87,8 @@ pub struct RpcBench {
     pub fanout: Vec<u32>,
     /// Outer calls per fan-out width.
     pub fanout_iters: u64,
+    /// Modes of the fan-out handler: `inline`, `pool`, `task`.
+    pub fanout_modes: Vec<String>,
     /// Backend servers the nested calls go to (round robin).
     pub backends: usize,
     pub homa: homa::EndpointConfig,
@@ -85,6 +107,8 @@ pub struct RpcRow {
 /// One fan-out width: the outer call's latency.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct FanoutRow {
+    /// The outer handler's mode: `inline`, `pool` or `task`.
+    pub mode: String,
     pub nested: u32,
     pub p50_us: f64,
     pub p99_us: f64,
@@ -158,6 +182,7 @@ pub fn rpc_echo(
 /// after `warmup`, on fresh servers.
 pub fn fanout(
     cfg: &homa::EndpointConfig,
+    mode: &str,
     n: u32,
     backends: usize,
     count: u64,
@@ -176,8 +201,15 @@ pub fn fanout(
         addrs.push(s.endpoint().local_addr());
         servers.push(s);
     }
+    // One worker thread: the task mode's handlers and their nested
+    // calls' wake-ups.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     let front = Server::builder(Endpoint::bind_with("127.0.0.1:0", cfg.clone())?)
         .workers(1)
+        .runtime(rt.handle().clone())
         .service(bench::server(Bench {
             backends: addrs,
             nested_payload: crate::payload::Payloads::new(100).payload(5, 100),
@@ -191,7 +223,12 @@ pub fn fanout(
     let result = (|| -> anyhow::Result<()> {
         for i in 0..warmup + count {
             let t0 = Instant::now();
-            let got = stub.fan(&n)?;
+            let got = match mode {
+                "inline" => stub.fan(&n)?,
+                "pool" => stub.fan_pool(&n)?,
+                "task" => stub.fan_task(&n)?,
+                other => anyhow::bail!("unknown fan-out mode {other} (inline, pool, task)"),
+            };
             let ns = t0.elapsed().as_nanos() as u64;
             anyhow::ensure!(got == n, "fan-out answered {got}, asked {n}");
             if i >= warmup {
@@ -234,19 +271,22 @@ pub fn measure(b: &RpcBench) -> anyhow::Result<RpcReport> {
     }
     let mut fan = Vec::new();
     if !b.fanout.is_empty() {
-        say(
-            b.progress,
-            &format!("fan-out {:?}, {rounds} rounds", b.fanout),
-        );
-        let mut hs: Vec<_> = b.fanout.iter().map(|_| new_histogram()).collect();
+        let cases: Vec<(&str, u32)> = b
+            .fanout_modes
+            .iter()
+            .flat_map(|m| b.fanout.iter().map(move |&n| (m.as_str(), n)))
+            .collect();
+        say(b.progress, &format!("fan-out {cases:?}, {rounds} rounds"));
+        let mut hs: Vec<_> = cases.iter().map(|_| new_histogram()).collect();
         for r in 0..rounds {
             let share = round_share(b.fanout_iters, rounds, r).max(10);
-            for (&n, h) in b.fanout.iter().zip(hs.iter_mut()) {
-                h.add(fanout(&b.homa, n, b.backends, share, share / 10)?)?;
+            for (&(m, n), h) in cases.iter().zip(hs.iter_mut()) {
+                h.add(fanout(&b.homa, m, n, b.backends, share, share / 10)?)?;
             }
         }
-        for (&n, h) in b.fanout.iter().zip(&hs) {
+        for (&(m, n), h) in cases.iter().zip(&hs) {
             fan.push(FanoutRow {
+                mode: m.into(),
                 nested: n,
                 p50_us: us(h, 0.5),
                 p99_us: us(h, 0.99),
@@ -272,18 +312,20 @@ pub fn print_ratios(r: &RpcReport) {
             );
         }
     }
-    if let (Some(one), Some(wide)) = (
-        r.fanout.iter().find(|f| f.nested == 1),
-        r.fanout
+    for mode in ["inline", "pool", "task"] {
+        let rows: Vec<_> = r.fanout.iter().filter(|f| f.mode == mode).collect();
+        let one = rows.iter().find(|f| f.nested == 1);
+        let wide = rows
             .iter()
             .filter(|f| f.nested > 1)
-            .max_by_key(|f| f.nested),
-    ) {
-        println!(
-            "fan-out: {} nested / 1 nested p50 {:.2}x (goal for 3 <= 1.5x)",
-            wide.nested,
-            wide.p50_us / one.p50_us
-        );
+            .max_by_key(|f| f.nested);
+        if let (Some(one), Some(wide)) = (one, wide) {
+            println!(
+                "fan-out ({mode}): {} nested / 1 nested p50 {:.2}x (goal for 3 <= 1.5x)",
+                wide.nested,
+                wide.p50_us / one.p50_us
+            );
+        }
     }
 }
 
@@ -298,6 +340,7 @@ mod tests {
             iters: 40,
             rounds: 2,
             fanout: vec![1, 3],
+            fanout_modes: vec!["inline".into(), "pool".into(), "task".into()],
             fanout_iters: 40,
             backends: 1,
             homa: crate::loopback_config(),
@@ -305,7 +348,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(r.rows.len(), 2);
-        assert_eq!(r.fanout.len(), 2);
+        assert_eq!(r.fanout.len(), 6);
         assert!(r.rows.iter().all(|x| x.p50_us > 0.0));
     }
 }

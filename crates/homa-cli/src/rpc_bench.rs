@@ -23,7 +23,11 @@ pub struct RpcBenchArgs {
     /// (empty: skip).
     #[arg(long, default_value = "1,3", value_delimiter = ',')]
     pub fanout: Vec<u32>,
-    /// Outer calls per fan-out width.
+    /// Modes of the fan-out handler, comma-separated: inline (in the
+    /// receive pass), pool (worker thread), task (tokio).
+    #[arg(long, default_value = "inline,pool,task", value_delimiter = ',')]
+    pub fanout_modes: Vec<String>,
+    /// Outer calls per fan-out width and mode.
     #[arg(long, default_value_t = 2_000)]
     pub fanout_iters: u64,
     /// Backend servers the nested calls go to, round robin (each on its
@@ -39,11 +43,18 @@ pub struct RpcBenchArgs {
 
 impl RpcBenchArgs {
     fn spec(&self) -> anyhow::Result<RpcBench> {
+        for m in &self.fanout_modes {
+            anyhow::ensure!(
+                ["inline", "pool", "task"].contains(&m.as_str()),
+                "unknown fan-out mode {m} (inline, pool, task)"
+            );
+        }
         Ok(RpcBench {
             sizes: parse_sizes(&self.sizes)?,
             iters: self.iters.max(10),
             rounds: self.rounds,
             fanout: self.fanout.clone(),
+            fanout_modes: self.fanout_modes.clone(),
             fanout_iters: self.fanout_iters.max(10),
             backends: self.backends.max(1),
             homa: self.homa.config_with_link(homa_bench::LOOPBACK_GBPS)?,
@@ -72,8 +83,8 @@ pub fn run(args: RpcBenchArgs) -> anyhow::Result<()> {
     }
     for f in &report.fanout {
         println!(
-            "fan-out {:>2} nested: outer call p50 {:.2} us, p99 {:.2} us",
-            f.nested, f.p50_us, f.p99_us
+            "fan-out {:<6} {:>2} nested: outer call p50 {:.2} us, p99 {:.2} us",
+            f.mode, f.nested, f.p50_us, f.p99_us
         );
     }
     rpc::print_ratios(&report);
@@ -98,5 +109,7 @@ mod tests {
         assert_eq!(spec.sizes, [100, 1000]);
         assert_eq!(spec.fanout, [1, 2, 3]);
         assert_eq!(spec.rounds, 4);
+        let bad = Cli::parse_from(["x", "--fanout-modes", "threads"]);
+        assert!(bad.args.spec().is_err());
     }
 }

@@ -14,6 +14,11 @@
 //!
 //! See the crate README for an example.
 
+/// The examples in the crate's README.md, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 mod client;
 mod server;
 mod status;

@@ -114,11 +114,60 @@ pub struct FanoutRow {
     pub p99_us: f64,
 }
 
+/// The framework's own work per null call of one size, timed in a loop
+/// on one thread without the network (so the machine's load barely moves
+/// it): what `homa-rpc` adds to `homa-raw` apart from cache effects.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CodecRow {
+    pub size: usize,
+    /// Client: the request's buffer (header + body copied in); server:
+    /// header decode, method lookup, the response's buffer (header + body
+    /// copied in); client: the response header check. Median of 5 runs.
+    pub ns_per_call: f64,
+}
+
 /// Everything `--json` prints.
 #[derive(Clone, Debug, Serialize)]
 pub struct RpcReport {
     pub rows: Vec<RpcRow>,
     pub fanout: Vec<FanoutRow>,
+    pub codec: Vec<CodecRow>,
+}
+
+/// See [`CodecRow`]: `iters` calls' worth of the framework's steps.
+pub fn codec_ns(size: usize, iters: u64) -> f64 {
+    use homa_rpc::wire::{decode_response, RequestHeader, REQUEST_HEADER_LEN};
+    use homa_rpc::{Dispatch, Payload};
+    let body = crate::payload::Payloads::new(size).payload(4, size);
+    let svc = bench::server(Bench {
+        backends: Vec::new(),
+        nested_payload: Bytes::new(),
+    });
+    let mut runs: Vec<f64> = (0..5)
+        .map(|_| {
+            let t0 = Instant::now();
+            for _ in 0..iters {
+                // Client: header and body into one buffer.
+                let mut out = Vec::with_capacity(REQUEST_HEADER_LEN + Raw::size_hint(&body));
+                out.extend_from_slice(&RequestHeader::new(bench::ids::null, 0, 0).encode());
+                Raw::encode(&body, &mut out).unwrap();
+                let req = Bytes::from(out);
+                // Server: header, method, response buffer.
+                let mut first = [0u8; REQUEST_HEADER_LEN];
+                first.copy_from_slice(&req[..REQUEST_HEADER_LEN]);
+                let h = RequestHeader::decode(&first, req.len()).unwrap();
+                assert!(svc.mode(h.method).is_some());
+                let echoed = req.slice(h.body_offset as usize..);
+                let resp = homa_rpc::encode_ok::<Raw>(&echoed).unwrap();
+                // Client: the response header.
+                let off = decode_response(&resp[..4], resp.len()).unwrap();
+                std::hint::black_box(&resp[off..]);
+            }
+            t0.elapsed().as_nanos() as f64 / iters as f64
+        })
+        .collect();
+    runs.sort_by(|a, b| a.total_cmp(b));
+    (runs[2] * 10.0).round() / 10.0
 }
 
 fn us(h: &Histogram<u64>, q: f64) -> f64 {
@@ -293,7 +342,19 @@ pub fn measure(b: &RpcBench) -> anyhow::Result<RpcReport> {
             });
         }
     }
-    Ok(RpcReport { rows, fanout: fan })
+    let codec = b
+        .sizes
+        .iter()
+        .map(|&size| CodecRow {
+            size,
+            ns_per_call: codec_ns(size, 20_000),
+        })
+        .collect();
+    Ok(RpcReport {
+        rows,
+        fanout: fan,
+        codec,
+    })
 }
 
 /// The same-run ratios the goals are stated in.
@@ -311,6 +372,12 @@ pub fn print_ratios(r: &RpcReport) {
                 rpc.p99_us / raw.p99_us
             );
         }
+    }
+    for c in &r.codec {
+        println!(
+            "{} B: the framework's own steps (headers, buffers, lookup) {:.0} ns per call, no network",
+            c.size, c.ns_per_call
+        );
     }
     for mode in ["inline", "pool", "task"] {
         let rows: Vec<_> = r.fanout.iter().filter(|f| f.mode == mode).collect();

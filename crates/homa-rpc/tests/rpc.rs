@@ -32,6 +32,9 @@ homa_rpc::service! {
         task fn async_sleep(u64) -> u64;
         inline fn fan(u32) -> u32;
         pool fn fan_pool(u32) -> u32;
+        pool fn pool_boom(()) -> ();
+        task fn task_boom(()) -> ();
+        task fn task_until_dropped(()) -> ();
     }
 }
 
@@ -125,6 +128,24 @@ impl demo::Service for Demo {
     }
     fn fan(&self, cx: &Context, n: u32) -> Result<u32, Status> {
         self.fan_out(cx, n)
+    }
+    fn pool_boom(&self, _cx: &Context, _: ()) -> Result<(), Status> {
+        panic!("pool handler fell over");
+    }
+    async fn task_boom(self: Arc<Self>, _cx: Context, _: ()) -> Result<(), Status> {
+        panic!("task handler fell over");
+    }
+    async fn task_until_dropped(self: Arc<Self>, _cx: Context, _: ()) -> Result<(), Status> {
+        // Counts when the framework aborts this task (cancel notice).
+        struct Count(Arc<AtomicUsize>);
+        impl Drop for Count {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let _c = Count(self.cancelled.clone());
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        Ok(())
     }
     fn fan_pool(&self, cx: &Context, n: u32) -> Result<u32, Status> {
         self.fan_out(cx, n)
@@ -263,9 +284,14 @@ fn panicking_handler_is_internal_and_the_server_goes_on() {
     assert_eq!(e.code(), Code::Internal);
     assert!(e.message().contains("unlucky number"), "{e}");
     assert_eq!(c.boom(&7).unwrap(), 7);
-    // A pool handler's panic (its assertion fails on a cancelled call is
-    // not reachable here; use a bad body instead) and an async one.
+    // A pool handler's panic and an async one: the worker and the
+    // runtime go on.
+    for _ in 0..2 {
+        assert_eq!(c.pool_boom(&()).unwrap_err().code(), Code::Internal);
+        assert_eq!(c.task_boom(&()).unwrap_err().code(), Code::Internal);
+    }
     assert_eq!(c.slow_add(&(1, 1)).unwrap(), 2);
+    assert_eq!(c.async_len(&"x".to_string()).unwrap(), 1);
 }
 
 #[test]
@@ -354,4 +380,24 @@ fn nested_fan_out_inline_and_pool() {
     assert_eq!(c.fan_pool(&3).unwrap(), 12);
     // The deadline goes with the nested calls (plenty here).
     assert_eq!(c.with_timeout(Duration::from_secs(5)).fan(&3).unwrap(), 12);
+}
+
+#[test]
+fn a_dropped_async_call_aborts_a_task_handler() {
+    let s = setup();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let c = demo::AsyncClient::new(s.client.clone(), s.addr);
+    rt.block_on(async {
+        // The request leaves at once; the future is dropped by the timeout.
+        let r = tokio::time::timeout(Duration::from_millis(50), c.task_until_dropped(&())).await;
+        assert!(r.is_err());
+    });
+    let end = Instant::now() + Duration::from_secs(5);
+    while s.cancelled.load(Ordering::SeqCst) == 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(s.cancelled.load(Ordering::SeqCst), 1);
 }

@@ -209,5 +209,6 @@ fn decode_reply<R: Payload>(mut msg: Message) -> Result<R::In, Status> {
         wire::decode_response(&c, c.len())?
     };
     msg.advance(off);
-    R::decode(msg)
+    // A response that does not decode is the server's fault, not ours.
+    R::decode(msg).map_err(|s| Status::internal(format!("response: {}", s.message())))
 }

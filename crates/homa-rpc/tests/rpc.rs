@@ -271,6 +271,11 @@ fn unknown_method_is_unimplemented() {
         .client
         .call::<u32, u32>(s.addr, homa_rpc::method_id("demo/nope"), &1);
     assert_eq!(r.unwrap_err().code(), Code::Unimplemented);
+    // A response that does not decode as the caller's type is Internal.
+    let r = s
+        .client
+        .call::<Raw, Point>(s.addr, demo::ids::echo, &Bytes::from_static(&[0xff]));
+    assert_eq!(r.unwrap_err().code(), Code::Internal);
     // A method of another service is unknown here too.
     let r = s.client.call::<u32, u32>(s.addr, backend::ids::twice, &1);
     assert_eq!(r.unwrap_err().code(), Code::Unimplemented);

@@ -92,6 +92,8 @@ pub struct RpcBench {
     /// Backend servers the nested calls go to (round robin).
     pub backends: usize,
     pub homa: homa::EndpointConfig,
+    /// Also measure `homa-raw-copy` (see [`raw_copy_echo`]).
+    pub copy_baseline: bool,
     pub progress: bool,
 }
 
@@ -227,6 +229,54 @@ pub fn rpc_echo(
     result.map(|_| h)
 }
 
+/// A raw echo that copies as the framework does (`homa-raw-copy`): the
+/// client writes each request into a fresh buffer behind 12 bytes, the
+/// server copies the body into a fresh buffer behind 4 bytes; no header
+/// is read and no method looked up. Separates the cost of those two
+/// buffers from the framework's other steps.
+pub fn raw_copy_echo(
+    cfg: &homa::EndpointConfig,
+    size: usize,
+    count: u64,
+    warmup: u64,
+) -> anyhow::Result<Histogram<u64>> {
+    let server = Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
+    let addr = server.local_addr();
+    let srv = server.clone();
+    let t = std::thread::spawn(move || {
+        srv.serve(|req| {
+            let (m, responder) = req.into_parts();
+            let mut out = Vec::with_capacity(4 + m.len());
+            out.extend_from_slice(&[0; 4]);
+            for f in m.fragments() {
+                out.extend_from_slice(f);
+            }
+            let _ = responder.reply(out);
+        })
+    });
+    let client = Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
+    let body = crate::payload::Payloads::new(size).payload(4, size);
+    let mut h = new_histogram();
+    let result = (|| -> anyhow::Result<()> {
+        for i in 0..warmup + count {
+            let t0 = Instant::now();
+            let mut out = Vec::with_capacity(12 + size);
+            out.extend_from_slice(&[0; 12]);
+            out.extend_from_slice(&body);
+            let reply = client.call(addr, out)?;
+            let ns = t0.elapsed().as_nanos() as u64;
+            anyhow::ensure!(reply.len() == size + 16, "echo of {} bytes", reply.len());
+            if i >= warmup {
+                record(&mut h, ns);
+            }
+        }
+        Ok(())
+    })();
+    server.shutdown();
+    let _ = t.join();
+    result.map(|_| h)
+}
+
 /// Outer calls whose handler makes `n` nested calls, `count` of them
 /// after `warmup`, on fresh servers.
 pub fn fanout(
@@ -303,13 +353,20 @@ pub fn measure(b: &RpcBench) -> anyhow::Result<RpcReport> {
             b.progress,
             &format!("{size} B: homa-raw and homa-rpc, {rounds} rounds"),
         );
-        let (mut raw, mut rpc) = (new_histogram(), new_histogram());
+        let (mut raw, mut rpc, mut copy) = (new_histogram(), new_histogram(), new_histogram());
         for r in 0..rounds {
             let share = round_share(b.iters, rounds, r).max(10);
             raw.add(homa_echo(&b.homa, size, share, share / 10, false, true)?)?;
             rpc.add(rpc_echo(&b.homa, size, share, share / 10)?)?;
+            if b.copy_baseline {
+                copy.add(raw_copy_echo(&b.homa, size, share, share / 10)?)?;
+            }
         }
-        for (t, h) in [("homa-raw", &raw), ("homa-rpc", &rpc)] {
+        let mut ts = vec![("homa-raw", &raw), ("homa-rpc", &rpc)];
+        if b.copy_baseline {
+            ts.push(("homa-raw-copy", &copy));
+        }
+        for (t, h) in ts {
             rows.push(RpcRow {
                 transport: t.into(),
                 size,
@@ -372,6 +429,17 @@ pub fn print_ratios(r: &RpcReport) {
                 rpc.p99_us / raw.p99_us
             );
         }
+        if let Some(copy) = r
+            .rows
+            .iter()
+            .find(|x| x.transport == "homa-raw-copy" && x.size == raw.size)
+        {
+            println!(
+                "{} B: homa-raw-copy / homa-raw p50 {:.2}x (the framework's two buffers alone)",
+                raw.size,
+                copy.p50_us / raw.p50_us
+            );
+        }
     }
     for c in &r.codec {
         println!(
@@ -411,10 +479,11 @@ mod tests {
             fanout_iters: 40,
             backends: 1,
             homa: crate::loopback_config(),
+            copy_baseline: true,
             progress: false,
         })
         .unwrap();
-        assert_eq!(r.rows.len(), 2);
+        assert_eq!(r.rows.len(), 3);
         assert_eq!(r.fanout.len(), 6);
         assert!(r.rows.iter().all(|x| x.p50_us > 0.0));
     }

@@ -34,6 +34,11 @@ pub struct RpcBenchArgs {
     /// own serving thread).
     #[arg(long, default_value_t = 1)]
     pub backends: usize,
+    /// Also measure `homa-raw-copy`: a raw echo that writes request and
+    /// response into fresh buffers behind header-sized gaps, as the
+    /// framework does, without its other steps.
+    #[arg(long)]
+    pub copy_baseline: bool,
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -58,6 +63,7 @@ impl RpcBenchArgs {
             fanout_iters: self.fanout_iters.max(10),
             backends: self.backends.max(1),
             homa: self.homa.config_with_link(homa_bench::LOOPBACK_GBPS)?,
+            copy_baseline: self.copy_baseline,
             progress: !self.json,
         })
     }
@@ -72,12 +78,12 @@ pub fn run(args: RpcBenchArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<10} {:>8} {:>9} {:>9}",
+        "{:<13} {:>8} {:>9} {:>9}",
         "transport", "size", "p50 us", "p99 us"
     );
     for r in &report.rows {
         println!(
-            "{:<10} {:>8} {:>9.2} {:>9.2}",
+            "{:<13} {:>8} {:>9.2} {:>9.2}",
             r.transport, r.size, r.p50_us, r.p99_us
         );
     }

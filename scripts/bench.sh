@@ -22,9 +22,9 @@ fi
 # build output and editor files do not count), else every source file.
 source_files() {
     if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-        git ls-files -z -- Cargo.toml Cargo.lock crates ':!crates/homa-proto/fuzz'
+        git ls-files -z -- Cargo.toml Cargo.lock crates ':!crates/homa-proto/fuzz' ':!crates/homa-rpc/fuzz'
     else
-        find Cargo.toml Cargo.lock crates -path crates/homa-proto/fuzz -prune -o \
+        find Cargo.toml Cargo.lock crates \( -path crates/homa-proto/fuzz -o -path crates/homa-rpc/fuzz \) -prune -o \
             -type f \( -name '*.rs' -o -name Cargo.toml \) -print0 | sort -z
     fi
 }

@@ -18,6 +18,7 @@ cargo test --release -p homa-proto --features trace --lib trace
 # The fuzz crate is a separate workspace (cargo-fuzz needs its own); its tests
 # run every committed seed through the same checks the fuzzers apply.
 (cd crates/homa-proto/fuzz && cargo test --release)
+(cd crates/homa-rpc/fuzz && cargo test --release)
 # The runtime's hand-over between threads, model-checked with loom (its own
 # cfg, so its own build directory).
 RUSTFLAGS="--cfg homa_loom" CARGO_TARGET_DIR=target/loom cargo test -p homa --lib loom

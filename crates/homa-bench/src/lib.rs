@@ -16,6 +16,8 @@
 //!   [`async_echo`] its tokio transports.
 //! * [`rate`]: `rate-bench`, small RPCs per second against a server with M
 //!   threads, for Homa, a raw UDP and a TCP epoll echo server.
+//! * [`rpc`]: `rpc-bench`, the homa-rpc framework against the raw API
+//!   (a null method vs a raw echo, and nested fan-out).
 //! * [`node`]: the cluster benchmark's node programs (the Linux module's
 //!   cp_node): echo servers and open-loop clients over Homa or TCP, and the
 //!   unloaded-RTT probe.
@@ -32,6 +34,7 @@ pub mod machine;
 pub mod node;
 pub mod payload;
 pub mod rate;
+pub mod rpc;
 pub mod stats;
 pub mod stream;
 pub mod throughput;

@@ -13,6 +13,7 @@ mod echo_bench;
 mod onramp_bench;
 mod opts;
 mod rate_bench;
+mod rpc_bench;
 mod server;
 mod sim;
 mod sim_experiment;
@@ -47,6 +48,8 @@ enum Command {
     StreamBench(stream_bench::StreamBenchArgs),
     /// Small RPCs per second against a server with M threads: Homa vs raw UDP vs TCP.
     RateBench(rate_bench::RateBenchArgs),
+    /// The homa-rpc framework against a raw Endpoint echo, and nested fan-out (issue #23).
+    RpcBench(rpc_bench::RpcBenchArgs),
     /// Loopback throughput of large messages: Homa vs one TCP connection.
     ThroughputBench(throughput_bench::ThroughputBenchArgs),
     /// The emulated cluster: network namespaces, a bridge, priority queues (root).
@@ -64,6 +67,7 @@ fn main() -> anyhow::Result<()> {
         Command::EchoBench(args) => echo_bench::run(args),
         Command::StreamBench(args) => stream_bench::run(args),
         Command::RateBench(args) => rate_bench::run(args),
+        Command::RpcBench(args) => rpc_bench::run(args),
         Command::ThroughputBench(args) => throughput_bench::run(args),
         Command::Testbed(args) => testbed::run(args),
         Command::Bench(args) => cluster_bench::run(args),

@@ -35,8 +35,20 @@ pub struct GrpcBench {
     pub rounds: u64,
     /// Transports (of [`TRANSPORTS`]).
     pub transports: Vec<String>,
+    /// Busy-poll time of the Homa endpoints' async waits
+    /// (`EndpointConfig::async_poll`); None keeps the default (50 µs).
+    pub async_poll: Option<Duration>,
     /// Progress lines on stderr.
     pub progress: bool,
+}
+
+/// A Homa endpoint on loopback with the benchmark's settings.
+fn homa_endpoint(async_poll: Option<Duration>) -> homa::Result<AsyncEndpoint> {
+    let mut b = homa::Endpoint::builder();
+    if let Some(p) = async_poll {
+        b = b.async_poll(p);
+    }
+    b.bind("127.0.0.1:0").map(AsyncEndpoint::from)
 }
 
 /// One row of the result.
@@ -137,7 +149,7 @@ struct Servers {
 }
 
 impl Servers {
-    fn start() -> Result<Servers, BoxError> {
+    fn start(async_poll: Option<Duration>) -> Result<Servers, BoxError> {
         let (tx, rx) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -162,7 +174,7 @@ impl Servers {
                         .map_err(|e| e.to_string())?
                         .with_nodelay(Some(true));
                         let tcp = incoming.local_addr().map_err(|e| e.to_string())?;
-                        let ep = AsyncEndpoint::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+                        let ep = homa_endpoint(async_poll).map_err(|e| e.to_string())?;
                         Ok::<_, String>((incoming, tcp, ep))
                     })();
                     let (incoming, tcp, ep) = match started {
@@ -246,7 +258,7 @@ pub fn measure(b: &GrpcBench) -> Result<Vec<GrpcRow>, BoxError> {
             return Err(format!("unknown transport {t} (tonic-tcp, tonic-homa)").into());
         }
     }
-    let servers = Servers::start()?;
+    let servers = Servers::start(b.async_poll)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -263,7 +275,7 @@ pub fn measure(b: &GrpcBench) -> Result<Vec<GrpcRow>, BoxError> {
                     Client::Tcp(tonic::client::Grpc::new(ch))
                 }
                 _ => {
-                    let ep = AsyncEndpoint::bind("127.0.0.1:0")?;
+                    let ep = homa_endpoint(b.async_poll)?;
                     Client::Homa(tonic::client::Grpc::new(HomaChannel::new(ep, servers.homa)))
                 }
             });

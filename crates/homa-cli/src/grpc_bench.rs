@@ -24,7 +24,8 @@ pub struct GrpcBenchArgs {
     /// the machine's speed during the run affects them alike.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub rounds: u64,
-    /// Transports, comma-separated: tonic-tcp, tonic-homa.
+    /// Transports, comma-separated: tonic-tcp, tonic-homa, and homa-raw (a
+    /// bare Homa echo without tonic, to see what the gRPC layers add).
     #[arg(long, default_value = "tonic-tcp,tonic-homa", value_delimiter = ',')]
     pub transports: Vec<String>,
     /// Busy-poll time (µs) of the Homa endpoints' async waits before a task
@@ -41,7 +42,7 @@ impl GrpcBenchArgs {
         for t in &self.transports {
             anyhow::ensure!(
                 TRANSPORTS.contains(&t.as_str()),
-                "unknown transport {t} (tonic-tcp, tonic-homa)"
+                "unknown transport {t} (tonic-tcp, tonic-homa, homa-raw)"
             );
         }
         Ok(GrpcBench {

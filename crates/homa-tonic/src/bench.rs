@@ -19,8 +19,10 @@ use tonic::Status;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The transports compared.
-pub const TRANSPORTS: [&str; 2] = ["tonic-tcp", "tonic-homa"];
+/// The transports compared: tonic over TCP, tonic over Homa, and (not by
+/// default) `homa-raw`, the same echo as a bare `AsyncEndpoint` call
+/// without tonic, which shows what the gRPC layers add.
+pub const TRANSPORTS: [&str; 3] = ["tonic-tcp", "tonic-homa", "homa-raw"];
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -144,6 +146,7 @@ impl tower_service::Service<http::Request<Body>> for EchoServer {
 struct Servers {
     tcp: SocketAddr,
     homa: SocketAddr,
+    raw: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -175,16 +178,24 @@ impl Servers {
                         .with_nodelay(Some(true));
                         let tcp = incoming.local_addr().map_err(|e| e.to_string())?;
                         let ep = homa_endpoint(async_poll).map_err(|e| e.to_string())?;
-                        Ok::<_, String>((incoming, tcp, ep))
+                        let raw = homa_endpoint(async_poll).map_err(|e| e.to_string())?;
+                        Ok::<_, String>((incoming, tcp, ep, raw))
                     })();
-                    let (incoming, tcp, ep) = match started {
+                    let (incoming, tcp, ep, raw) = match started {
                         Ok(s) => s,
                         Err(e) => {
                             let _ = tx.send(Err(e));
                             return;
                         }
                     };
-                    let _ = tx.send(Ok((tcp, ep.local_addr())));
+                    let _ = tx.send(Ok((tcp, ep.local_addr(), raw.local_addr())));
+                    let mut raw_requests = raw.requests();
+                    let raw_echo = tokio::spawn(async move {
+                        while let Some(req) = raw_requests.next().await {
+                            let (msg, responder) = req.into_parts();
+                            let _ = responder.reply(msg.into_bytes());
+                        }
+                    });
                     let homa =
                         tokio::spawn(serve(ep.clone(), Router::new().add_service(EchoServer)));
                     let tcp_server = tonic::transport::Server::builder()
@@ -194,13 +205,16 @@ impl Servers {
                         });
                     let _ = tcp_server.await;
                     ep.shutdown();
+                    raw.shutdown();
                     let _ = homa.await;
+                    let _ = raw_echo.await;
                 });
             })?;
-        let (tcp, homa) = rx.recv()??;
+        let (tcp, homa, raw) = rx.recv()??;
         Ok(Servers {
             tcp,
             homa,
+            raw,
             stop: Some(stop),
             thread: Some(thread),
         })
@@ -222,6 +236,7 @@ impl Drop for Servers {
 enum Client {
     Tcp(tonic::client::Grpc<tonic::transport::Channel>),
     Homa(tonic::client::Grpc<HomaChannel>),
+    Raw(AsyncEndpoint, SocketAddr),
 }
 
 impl Client {
@@ -236,6 +251,9 @@ impl Client {
             Client::Homa(g) => {
                 g.ready().await?;
                 g.unary(req, path, BytesCodec).await?
+            }
+            Client::Raw(ep, peer) => {
+                return Ok(ep.call(*peer, req.into_inner()).await?.into_bytes())
             }
         };
         Ok(resp.into_inner())
@@ -255,7 +273,7 @@ fn us(h: &Histogram<u64>, q: f64) -> f64 {
 pub fn measure(b: &GrpcBench) -> Result<Vec<GrpcRow>, BoxError> {
     for t in &b.transports {
         if !TRANSPORTS.contains(&t.as_str()) {
-            return Err(format!("unknown transport {t} (tonic-tcp, tonic-homa)").into());
+            return Err(format!("unknown transport {t} (tonic-tcp, tonic-homa, homa-raw)").into());
         }
     }
     let servers = Servers::start(b.async_poll)?;
@@ -274,6 +292,7 @@ pub fn measure(b: &GrpcBench) -> Result<Vec<GrpcRow>, BoxError> {
                             .await?;
                     Client::Tcp(tonic::client::Grpc::new(ch))
                 }
+                "homa-raw" => Client::Raw(homa_endpoint(b.async_poll)?, servers.raw),
                 _ => {
                     let ep = homa_endpoint(b.async_poll)?;
                     Client::Homa(tonic::client::Grpc::new(HomaChannel::new(ep, servers.homa)))

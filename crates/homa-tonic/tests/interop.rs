@@ -369,3 +369,14 @@ async fn tonic_routes_serve_over_homa() {
         .unwrap_err();
     assert_eq!(e.code(), Code::Unimplemented);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_call_leaves_the_server_serving() {
+    let (channel, _server) = start();
+    let mut client = GreeterClient::new(channel);
+    // Dropping the call's future abandons its Homa RPC; the handler's
+    // reply (if it ever comes) is dropped by the server's endpoint.
+    let dropped = tokio::time::timeout(Duration::from_millis(50), hello(&mut client, "slow")).await;
+    assert!(dropped.is_err());
+    assert_eq!(hello(&mut client, "next").await.unwrap(), "Hello next!");
+}

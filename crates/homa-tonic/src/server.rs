@@ -28,6 +28,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// answered right there, with no task spawned. One that has to wait goes
 /// on in a task of its own (`tokio::spawn`), so slow calls do not hold up
 /// the others.
+///
+/// Run it on a runtime with tokio's time driver (`enable_all`, as
+/// `#[tokio::main]` gives): calls with a `grpc-timeout` use it.
 pub async fn serve<S, B>(ep: AsyncEndpoint, service: S)
 where
     S: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,

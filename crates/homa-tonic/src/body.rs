@@ -11,11 +11,21 @@ use std::task::{Context, Poll};
 /// A complete body: its data (a slice of a received Homa message, or the
 /// bytes to send) and its trailers. What a [`crate::HomaChannel`] returns
 /// to tonic, and what a served request's handler reads.
+/// A streaming call's body instead arrives frame by frame from the task
+/// that reads its `homa::Stream`.
 #[derive(Debug, Default)]
 pub struct HomaBody {
     data: Option<Bytes>,
     trailers: Option<HeaderMap>,
+    frames: Option<FrameReceiver>,
 }
+
+/// Where a streamed body's frames come from.
+pub(crate) type FrameReceiver =
+    tokio::sync::mpsc::UnboundedReceiver<Result<Frame<Bytes>, tonic::Status>>;
+/// Where a streamed body's frames go.
+pub(crate) type FrameSender =
+    tokio::sync::mpsc::UnboundedSender<Result<Frame<Bytes>, tonic::Status>>;
 
 impl HomaBody {
     /// A body of `data` followed by `trailers`.
@@ -23,6 +33,16 @@ impl HomaBody {
         HomaBody {
             data: (!data.is_empty()).then_some(data),
             trailers,
+            frames: None,
+        }
+    }
+
+    /// A body whose frames arrive on `frames` (ends when its sender drops).
+    pub(crate) fn streamed(frames: FrameReceiver) -> HomaBody {
+        HomaBody {
+            data: None,
+            trailers: None,
+            frames: Some(frames),
         }
     }
 }
@@ -33,9 +53,12 @@ impl Body for HomaBody {
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
         let this = self.get_mut();
+        if let Some(rx) = &mut this.frames {
+            return rx.poll_recv(cx);
+        }
         if let Some(d) = this.data.take() {
             return Poll::Ready(Some(Ok(Frame::data(d))));
         }
@@ -43,11 +66,14 @@ impl Body for HomaBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.data.is_none() && self.trailers.is_none()
+        self.data.is_none() && self.trailers.is_none() && self.frames.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+        match self.frames {
+            Some(_) => SizeHint::default(),
+            None => SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64)),
+        }
     }
 }
 

@@ -5,9 +5,11 @@ use crate::body::{collect, HomaBody};
 use crate::wire;
 use bytes::Bytes;
 use homa::AsyncEndpoint;
+use std::collections::HashSet;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tonic::Status;
@@ -29,6 +31,8 @@ const CLIENT_DEADLINE_GRACE: Duration = Duration::from_millis(20);
 pub struct HomaChannel {
     ep: AsyncEndpoint,
     peer: SocketAddr,
+    /// Method paths carried on a `homa::Stream` each.
+    streaming: Option<Arc<HashSet<String>>>,
 }
 
 impl std::fmt::Debug for HomaChannel {
@@ -43,7 +47,28 @@ impl std::fmt::Debug for HomaChannel {
 impl HomaChannel {
     /// A channel that sends its calls from `ep` to the server at `peer`.
     pub fn new(ep: AsyncEndpoint, peer: SocketAddr) -> HomaChannel {
-        HomaChannel { ep, peer }
+        HomaChannel {
+            ep,
+            peer,
+            streaming: None,
+        }
+    }
+
+    /// Carries calls of these methods (paths such as
+    /// `/routeguide.RouteGuide/RouteChat`) on a `homa::Stream` each, message
+    /// by message, instead of one Homa RPC: for streaming methods whose
+    /// messages must flow while the call goes on (a bidi exchange, a
+    /// server stream that does not end soon). Other calls, streaming or
+    /// not, go whole in one RPC (docs/grpc.md §4).
+    pub fn with_streaming<I, P>(mut self, paths: I) -> HomaChannel
+    where
+        I: IntoIterator<Item = P>,
+        P: Into<String>,
+    {
+        let mut set = self.streaming.as_deref().cloned().unwrap_or_default();
+        set.extend(paths.into_iter().map(Into::into));
+        self.streaming = Some(Arc::new(set));
+        self
     }
 
     /// The server's address.
@@ -72,6 +97,14 @@ where
     fn call(&mut self, req: http::Request<B>) -> ResponseFuture {
         let ep = self.ep.clone();
         let peer = self.peer;
+        if let Some(s) = &self.streaming {
+            if s.contains(req.uri().path()) {
+                let (parts, body) = req.into_parts();
+                return Box::pin(
+                    async move { crate::streaming::call(&ep, peer, parts, body).await },
+                );
+            }
+        }
         Box::pin(async move {
             let (parts, body) = req.into_parts();
             // The whole request body: one message for a unary call; for a

@@ -15,6 +15,7 @@
 mod body;
 mod client;
 mod server;
+mod streaming;
 pub mod wire;
 
 #[cfg(feature = "bench")]

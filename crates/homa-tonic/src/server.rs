@@ -19,7 +19,7 @@ use tonic::server::NamedService;
 use tonic::Status;
 use tower_service::Service;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Serves `service` on `ep` until the endpoint shuts down (then returns).
 ///
@@ -39,6 +39,8 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError> + Send,
 {
+    // Streaming calls come on streams, served by tasks of their own.
+    let streams = tokio::spawn(crate::streaming::accept_loop(ep.clone(), service.clone()));
     let mut requests = ep.requests();
     while let Some(req) = requests.next().await {
         let (msg, responder) = req.into_parts();
@@ -50,6 +52,7 @@ where
             tokio::spawn(call);
         }
     }
+    streams.abort();
 }
 
 /// Handles one request to the end: the reply is sent (or, when the client
@@ -125,7 +128,7 @@ where
 }
 
 /// A trailers-only response carrying `status`.
-fn status_reply(status: Status) -> Vec<u8> {
+pub(crate) fn status_reply(status: Status) -> Vec<u8> {
     let resp: http::Response<()> = status.into_http();
     wire::encode_response(resp.status(), resp.headers(), None, &[])
 }
@@ -141,7 +144,7 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// A future that turns a panic while it is polled into an `Err`.
-struct CatchUnwind<F>(F);
+pub(crate) struct CatchUnwind<F>(pub(crate) F);
 
 impl<F: Future + Unpin> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;

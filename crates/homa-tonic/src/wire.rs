@@ -237,6 +237,43 @@ pub fn decode_response(msg: Bytes) -> Result<DecodedResponse, Malformed> {
     })
 }
 
+/// On a stream (a streaming call, docs/grpc.md §4): a message of gRPC-framed
+/// data follows this byte.
+pub const STREAM_DATA: u8 = 0x02;
+/// On a stream: the trailers (a header list) follow this byte.
+pub const STREAM_TRAILERS: u8 = 0x03;
+
+/// A stream message of data: the tag, then the bytes.
+pub fn encode_stream_data(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + data.len());
+    out.push(STREAM_DATA);
+    out.extend_from_slice(data);
+    out
+}
+
+/// A stream message of trailers: the tag, then the header list.
+pub fn encode_stream_trailers(trailers: &HeaderMap) -> Vec<u8> {
+    let (count, bytes) = headers_len(trailers);
+    let mut out = Vec::with_capacity(1 + 5 + bytes);
+    out.push(STREAM_TRAILERS);
+    put_varint(&mut out, count as u64);
+    put_headers(&mut out, trailers);
+    out
+}
+
+/// Decodes the trailers of a `STREAM_TRAILERS` message.
+pub fn decode_stream_trailers(msg: &[u8]) -> Result<HeaderMap, Malformed> {
+    let mut r = Reader { buf: msg, pos: 0 };
+    if r.byte()? != STREAM_TRAILERS {
+        return Err(Malformed("not a trailers message"));
+    }
+    let h = r.headers()?;
+    if r.pos != msg.len() {
+        return Err(Malformed("bytes after the trailers"));
+    }
+    Ok(h)
+}
+
 /// The `grpc-timeout` header as a duration (`<up to 8 digits><unit>`,
 /// units H M S m u n); None when absent or malformed.
 pub fn grpc_timeout(headers: &HeaderMap) -> Option<std::time::Duration> {
@@ -293,6 +330,16 @@ mod tests {
         assert_eq!(d.status, http::StatusCode::OK);
         assert_eq!(d.trailers.unwrap()["grpc-status"], "0");
         assert_eq!(&d.body[..], b"body");
+    }
+
+    #[test]
+    fn stream_trailers_round_trip() {
+        let mut t = HeaderMap::new();
+        t.insert("grpc-status", HeaderValue::from_static("5"));
+        t.insert("grpc-message", HeaderValue::from_static("gone"));
+        let d = decode_stream_trailers(&encode_stream_trailers(&t)).unwrap();
+        assert_eq!(d, t);
+        assert!(decode_stream_trailers(b"\x03\x05").is_err());
     }
 
     #[test]

@@ -130,14 +130,15 @@ impl RouteGuide for MyRouteGuide {
         &self,
         request: Request<Streaming<RouteNote>>,
     ) -> Result<Response<Self::RouteChatStream>, Status> {
-        let mut notes = request.into_inner();
-        let mut replies = Vec::new();
-        while let Some(n) = notes.next().await {
-            let mut n = n?;
-            n.message = format!("seen: {}", n.message);
-            replies.push(Ok(n));
-        }
-        Ok(Response::new(Box::pin(tokio_stream::iter(replies))))
+        // One reply per note as it comes: interactive over a Homa stream,
+        // and the same replies when the call is carried whole.
+        let replies = request.into_inner().map(|n| {
+            n.map(|mut n| {
+                n.message = format!("seen: {}", n.message);
+                n
+            })
+        });
+        Ok(Response::new(Box::pin(replies)))
     }
 }
 
@@ -379,4 +380,104 @@ async fn cancelled_call_leaves_the_server_serving() {
     let dropped = tokio::time::timeout(Duration::from_millis(50), hello(&mut client, "slow")).await;
     assert!(dropped.is_err());
     assert_eq!(hello(&mut client, "next").await.unwrap(), "Hello next!");
+}
+
+const STREAMED: [&str; 3] = [
+    "/routeguide.RouteGuide/ListFeatures",
+    "/routeguide.RouteGuide/RecordRoute",
+    "/routeguide.RouteGuide/RouteChat",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routeguide_streaming_on_homa_streams() {
+    let (channel, _server) = start();
+    let mut client = RouteGuideClient::new(channel.with_streaming(STREAMED));
+    // Bidi, interactive: each note waits for the reply to the one before,
+    // which only works when messages flow while the call goes on.
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tx.send(RouteNote {
+        location: None,
+        message: "note 0".into(),
+    })
+    .unwrap();
+    let mut replies = client
+        .route_chat(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    for i in 0..3 {
+        let r = tokio::time::timeout(Duration::from_secs(10), replies.next())
+            .await
+            .expect("a reply while the call goes on")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.message, format!("seen: note {i}"));
+        if i < 2 {
+            tx.send(RouteNote {
+                location: None,
+                message: format!("note {}", i + 1),
+            })
+            .unwrap();
+        }
+    }
+    drop(tx);
+    assert!(replies.next().await.is_none());
+    // Server streaming.
+    let rect = Rectangle {
+        lo: Some(Point {
+            latitude: 70,
+            longitude: 0,
+        }),
+        hi: Some(Point {
+            latitude: 90,
+            longitude: 0,
+        }),
+    };
+    let mut stream = client.list_features(rect).await.unwrap().into_inner();
+    let mut names = Vec::new();
+    while let Some(f) = stream.next().await {
+        names.push(f.unwrap().name);
+    }
+    assert_eq!(
+        names,
+        ["feature 7", "feature 8", "feature 9"].map(String::from)
+    );
+    // Client streaming.
+    let points: Vec<Point> = (0..3)
+        .map(|i| Point {
+            latitude: i * 10,
+            longitude: -i * 10,
+        })
+        .collect();
+    let summary = client
+        .record_route(tokio_stream::iter(points))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((summary.point_count, summary.feature_count), (3, 3));
+    // Unary calls on the same channel still go as one RPC each.
+    let f = client
+        .get_feature(Point::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(f.name, "feature 0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_call_to_unknown_service_is_unimplemented() {
+    let server = AsyncEndpoint::bind("127.0.0.1:0").unwrap();
+    tokio::spawn(serve(
+        server.clone(),
+        Router::new().add_service(GreeterServer::new(MyGreeter)),
+    ));
+    let client = AsyncEndpoint::bind("127.0.0.1:0").unwrap();
+    let channel = HomaChannel::new(client, server.local_addr()).with_streaming(STREAMED);
+    let e = RouteGuideClient::new(channel.clone())
+        .record_route(tokio_stream::iter(vec![Point::default()]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unimplemented);
+    let mut greeter = GreeterClient::new(channel);
+    assert_eq!(hello(&mut greeter, "still").await.unwrap(), "Hello still!");
 }

@@ -8,9 +8,10 @@
 //!   servers, tonic's `Routes`, or one generated server) on a Homa
 //!   endpoint.
 //!
-//! Streaming calls are carried whole (see docs/grpc.md, "Streaming"): the
-//! request stream is sent when it ends, the response stream when the
-//! handler's ends.
+//! Streaming calls go whole in one RPC by default (the request stream is
+//! sent when it ends, the response stream when the handler's ends), or on
+//! a `homa::Stream` each for the methods named in
+//! [`HomaChannel::with_streaming`] (docs/grpc.md §4).
 
 mod body;
 mod client;

@@ -96,6 +96,11 @@ impl RouteGuide for MyRouteGuide {
     ) -> Result<Response<Self::ListFeaturesStream>, Status> {
         let r = request.into_inner();
         let (lo, hi) = (r.lo.unwrap_or_default(), r.hi.unwrap_or_default());
+        match lo.latitude {
+            -1 => tokio::time::sleep(Duration::from_secs(5)).await,
+            -2 => panic!("the route guide was asked to panic"),
+            _ => {}
+        }
         let inside: Vec<Result<Feature, Status>> = features()
             .into_iter()
             .filter(|f| {
@@ -480,4 +485,31 @@ async fn streamed_call_to_unknown_service_is_unimplemented() {
     assert_eq!(e.code(), Code::Unimplemented);
     let mut greeter = GreeterClient::new(channel);
     assert_eq!(hello(&mut greeter, "still").await.unwrap(), "Hello still!");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_call_deadline_and_panic() {
+    let (channel, _server) = start();
+    let mut client = RouteGuideClient::new(channel.with_streaming(STREAMED));
+    let rect = |lat| Rectangle {
+        lo: Some(Point {
+            latitude: lat,
+            longitude: 0,
+        }),
+        hi: Some(Point {
+            latitude: 90,
+            longitude: 0,
+        }),
+    };
+    let mut req = Request::new(rect(-1));
+    req.set_timeout(Duration::from_millis(100));
+    let t = Instant::now();
+    let e = client.list_features(req).await.unwrap_err();
+    assert_eq!(e.code(), Code::DeadlineExceeded, "{e:?}");
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    let e = client.list_features(rect(-2)).await.unwrap_err();
+    assert_eq!(e.code(), Code::Internal, "{e:?}");
+    let mut stream = client.list_features(rect(90)).await.unwrap().into_inner();
+    assert_eq!(stream.next().await.unwrap().unwrap().name, "feature 9");
+    assert!(stream.next().await.is_none());
 }

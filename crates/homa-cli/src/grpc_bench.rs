@@ -2,12 +2,15 @@
 //! client and server over tonic's HTTP/2-over-TCP transport and over Homa,
 //! issue #23) and its table or JSON.
 
-use crate::opts::parse_sizes;
 use clap::Args;
-use homa_bench::machine::MachineLoad;
-use homa_bench::stats::to_json;
-use homa_tonic::bench::{self, GrpcBench, TRANSPORTS};
-use std::time::Duration;
+#[cfg(feature = "grpc")]
+use {
+    crate::opts::parse_sizes,
+    homa_bench::machine::MachineLoad,
+    homa_bench::stats::to_json,
+    homa_tonic::bench::{self, GrpcBench, TRANSPORTS},
+    std::time::Duration,
+};
 
 #[derive(Args, Debug)]
 pub struct GrpcBenchArgs {
@@ -37,6 +40,15 @@ pub struct GrpcBenchArgs {
     pub json: bool,
 }
 
+#[cfg(not(feature = "grpc"))]
+pub fn run(_args: GrpcBenchArgs) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "this homa was built without the `grpc` feature (tonic); \
+         build it with the default features for grpc-bench"
+    )
+}
+
+#[cfg(feature = "grpc")]
 impl GrpcBenchArgs {
     fn spec(&self) -> anyhow::Result<GrpcBench> {
         for t in &self.transports {
@@ -57,6 +69,7 @@ impl GrpcBenchArgs {
     }
 }
 
+#[cfg(feature = "grpc")]
 pub fn run(args: GrpcBenchArgs) -> anyhow::Result<()> {
     let spec = args.spec()?;
     MachineLoad::sample(Duration::from_millis(200)).report("grpc-bench");
@@ -88,7 +101,7 @@ pub fn run(args: GrpcBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "grpc"))]
 mod tests {
     use super::*;
     use clap::Parser;

@@ -10,6 +10,7 @@ mod client;
 mod cluster_bench;
 mod coexist_bench;
 mod echo_bench;
+mod grpc_bench;
 mod onramp_bench;
 mod opts;
 mod rate_bench;
@@ -46,6 +47,8 @@ enum Command {
     /// chunk (issue #21): throughput, chunk latency, echo as it arrives,
     /// memory per idle stream, short RPCs beside a saturating stream.
     StreamBench(stream_bench::StreamBenchArgs),
+    /// tonic (gRPC) over its own HTTP/2-over-TCP transport vs over Homa, unary calls (issue #23).
+    GrpcBench(grpc_bench::GrpcBenchArgs),
     /// Small RPCs per second against a server with M threads: Homa vs raw UDP vs TCP.
     RateBench(rate_bench::RateBenchArgs),
     /// The homa-rpc framework against a raw Endpoint echo, and nested fan-out (issue #23).
@@ -66,6 +69,7 @@ fn main() -> anyhow::Result<()> {
         Command::Client(args) => client::run(args),
         Command::EchoBench(args) => echo_bench::run(args),
         Command::StreamBench(args) => stream_bench::run(args),
+        Command::GrpcBench(args) => grpc_bench::run(args),
         Command::RateBench(args) => rate_bench::run(args),
         Command::RpcBench(args) => rpc_bench::run(args),
         Command::ThroughputBench(args) => throughput_bench::run(args),

@@ -84,6 +84,7 @@ impl Client {
         method: u32,
         req: &Q::Out,
     ) -> Result<Call<R>, Status> {
+        homa::tt!("rpc call start {}", method);
         let deadline = self.deadline();
         let budget_us = match deadline {
             None => 0,
@@ -98,6 +99,7 @@ impl Client {
         let mut out = Vec::with_capacity(REQUEST_HEADER_LEN + Q::size_hint(req));
         out.extend_from_slice(&RequestHeader::new(method, budget_us, 0).encode());
         Q::encode(req, &mut out)?;
+        homa::tt!("rpc request encoded {}", out.len());
         let rpc = self.ep.send_request(addr, out)?;
         Ok(Call {
             rpc: Some(rpc),
@@ -146,7 +148,10 @@ impl<R: Payload> Call<R> {
                 .wait_timeout(d.saturating_duration_since(Instant::now()))
                 .map_err(Status::from)?,
         };
-        decode_reply::<R>(msg)
+        homa::tt!("rpc response got {}", msg.len());
+        let r = decode_reply::<R>(msg);
+        homa::tt!("rpc call done");
+        r
     }
 
     /// Waits for the response from async code, at most until the deadline

@@ -443,8 +443,10 @@ pub struct BreakdownCase {
     pub breakdown: crate::rpc_breakdown::Breakdown,
     /// Median round trip of the traced calls (timed by the bench).
     pub traced_p50_ns: f64,
-    /// Median round trip of as many untraced calls, same run.
+    /// Median round trip of as many untraced calls, same run, just
+    /// before the traced ones and just after.
     pub untraced_p50_ns: f64,
+    pub untraced_after_p50_ns: f64,
 }
 
 /// Everything `--breakdown` prints.
@@ -464,7 +466,7 @@ fn traced_case(
     run: impl Fn() -> anyhow::Result<Histogram<u64>>,
 ) -> anyhow::Result<BreakdownCase> {
     use homa::timetrace;
-    let untraced = run()?;
+    let before = run()?;
     timetrace::clear();
     timetrace::enable(true);
     let traced = run();
@@ -472,10 +474,12 @@ fn traced_case(
     let events = timetrace::collect();
     timetrace::clear();
     let traced = traced?;
+    let after = run()?;
     Ok(BreakdownCase {
         breakdown: crate::rpc_breakdown::compute(&events, plan),
         traced_p50_ns: traced.value_at_quantile(0.5) as f64,
-        untraced_p50_ns: untraced.value_at_quantile(0.5) as f64,
+        untraced_p50_ns: before.value_at_quantile(0.5) as f64,
+        untraced_after_p50_ns: after.value_at_quantile(0.5) as f64,
     })
 }
 
@@ -508,7 +512,7 @@ pub fn print_breakdown(r: &BreakdownReport, events: bool) {
         "null RPC (inline)",
         &c.breakdown,
         c.traced_p50_ns,
-        Some(c.untraced_p50_ns),
+        Some((c.untraced_p50_ns, c.untraced_after_p50_ns)),
     );
     if events {
         print_events(&c.breakdown);
@@ -519,7 +523,7 @@ pub fn print_breakdown(r: &BreakdownReport, events: bool) {
             "one outer call, one nested call (fan-out inline, 1 nested)",
             &c.breakdown,
             c.traced_p50_ns,
-            Some(c.untraced_p50_ns),
+            Some((c.untraced_p50_ns, c.untraced_after_p50_ns)),
         );
         if events {
             print_events(&c.breakdown);

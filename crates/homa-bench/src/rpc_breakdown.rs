@@ -59,6 +59,13 @@ pub struct Boundary {
     pub waiter: Option<Who>,
 }
 
+/// Whether `e` is boundary `bd`'s event: a datagram comes in through
+/// `recvmmsg` (a poller) or `recvmsg` (`recvmsg landed`, a watcher's
+/// single-datagram read).
+fn is_event(bd: &Boundary, e: &str) -> bool {
+    e == bd.event || (bd.event == "recvmmsg got" && e == "recvmsg landed")
+}
+
 const fn b(side: &'static str, step: &'static str, event: &'static str, who: Who) -> Boundary {
     Boundary {
         side,
@@ -104,7 +111,7 @@ fn server_side(side: &'static str, who: Who, handler: &[Boundary]) -> Vec<Bounda
     let mut v = vec![
         b(
             "net",
-            "network (sendmmsg done -> server recvmmsg returns)",
+            "network (sendmmsg done -> server recv(m)msg returns)",
             "recvmmsg got",
             rx,
         ),
@@ -144,7 +151,7 @@ fn client_receive(side: &'static str, rx: Who, waiter: Who) -> [Boundary; 4] {
     [
         b(
             "net",
-            "network (sendmmsg done -> client recvmmsg returns)",
+            "network (sendmmsg done -> client recv(m)msg returns)",
             "recvmmsg got",
             rx,
         ),
@@ -292,7 +299,7 @@ pub fn compute(events: &[TraceEvent], plan: &[Boundary]) -> Breakdown {
         for bd in &plan[1..n - 1] {
             match events[pos + 1..e]
                 .iter()
-                .position(|x| x.event == bd.event && matches(bd.who, x))
+                .position(|x| is_event(bd, x.event) && matches(bd.who, x))
             {
                 Some(p) => {
                     pos = pos + 1 + p;
@@ -390,7 +397,7 @@ pub fn compute(events: &[TraceEvent], plan: &[Boundary]) -> Breakdown {
 
 /// Prints `bd` in the seed's style: one line per step, then the sum
 /// beside the measured round trip.
-pub fn print(title: &str, bd: &Breakdown, measured_ns: f64, untraced_ns: Option<f64>) {
+pub fn print(title: &str, bd: &Breakdown, measured_ns: f64, untraced_ns: Option<(f64, f64)>) {
     println!(
         "{title}: median of each step over {} RPCs ({} incomplete)",
         bd.rpcs, bd.incomplete
@@ -413,16 +420,18 @@ pub fn print(title: &str, bd: &Breakdown, measured_ns: f64, untraced_ns: Option<
         measured_ns,
         100.0 * sum / measured_ns
     );
-    if let Some(u) = untraced_ns {
+    if let Some((u, v)) = untraced_ns {
         println!(
-            "  untraced round trip (median, same run) {:.0} ns: sum / untraced {:.1}%",
+            "  untraced round trips (medians, same run, before / after the traced calls) {:.0} / {:.0} ns: sum / untraced {:.1}% / {:.1}%",
             u,
-            100.0 * sum / u
+            v,
+            100.0 * sum / u,
+            100.0 * sum / v
         );
     }
     for h in &bd.handoffs {
         println!(
-            "  {}: message received by the waiting thread itself (polling) in {} RPCs, handed over by another thread in {}{}",
+            "  {}: message received by the thread that waits for it (polling, or woken from its own ppoll) in {} RPCs, handed over by another thread in {}{}",
             h.side,
             h.polled_itself,
             h.handed_off,

@@ -35,6 +35,7 @@ pub mod node;
 pub mod payload;
 pub mod rate;
 pub mod rpc;
+pub mod rpc_breakdown;
 pub mod stats;
 pub mod stream;
 pub mod throughput;

@@ -182,10 +182,14 @@ fn say(on: bool, what: &str) {
     }
 }
 
-/// Serves `s` on its own thread until it is shut down.
-fn serve(s: &Server) -> std::thread::JoinHandle<homa::Result<()>> {
+/// Serves `s` on its own thread, named `name` (the breakdown finds the
+/// server's events by it), until it is shut down.
+fn serve(s: &Server, name: &str) -> std::thread::JoinHandle<homa::Result<()>> {
     let s = s.clone();
-    std::thread::spawn(move || s.serve())
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || s.serve())
+        .expect("a thread for the server")
 }
 
 /// `count` null calls of `size` bytes through the framework, after
@@ -203,16 +207,20 @@ pub fn rpc_echo(
             nested_payload: Bytes::new(),
         }))
         .build();
-    let t = serve(&server);
+    let t = serve(&server, crate::rpc_breakdown::SERVER_THREAD);
     let client = homa_rpc::Client::new(Endpoint::bind_with("127.0.0.1:0", cfg.clone())?);
     let stub = bench::Client::new(client, server.endpoint().local_addr());
     let req = crate::payload::Payloads::new(size).payload(4, size);
     let mut h = new_histogram();
     let result = (|| -> anyhow::Result<()> {
         for i in 0..warmup + count {
+            if i >= warmup {
+                homa::tt!("rpc-bench call {}", i);
+            }
             let t0 = Instant::now();
             let reply = stub.null(&req)?;
             let ns = t0.elapsed().as_nanos() as u64;
+            homa::tt!("rpc-bench done {}", i);
             anyhow::ensure!(
                 reply.len() == size,
                 "echo of {} bytes, sent {size}",
@@ -314,13 +322,27 @@ pub fn fanout(
             nested_payload: crate::payload::Payloads::new(100).payload(5, 100),
         }))
         .build();
+    let names = |i: usize| {
+        if i < backends.max(1) {
+            crate::rpc_breakdown::BACKEND_THREAD
+        } else {
+            crate::rpc_breakdown::SERVER_THREAD
+        }
+    };
     servers.push(front.clone());
-    let threads: Vec<_> = servers.iter().map(serve).collect();
+    let threads: Vec<_> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| serve(s, names(i)))
+        .collect();
     let client = homa_rpc::Client::new(Endpoint::bind_with("127.0.0.1:0", cfg.clone())?);
     let stub = bench::Client::new(client, front.endpoint().local_addr());
     let mut h = new_histogram();
     let result = (|| -> anyhow::Result<()> {
         for i in 0..warmup + count {
+            if i >= warmup {
+                homa::tt!("rpc-bench call {}", i);
+            }
             let t0 = Instant::now();
             let got = match mode {
                 "inline" => stub.fan(&n)?,
@@ -329,6 +351,7 @@ pub fn fanout(
                 other => anyhow::bail!("unknown fan-out mode {other} (inline, pool, task)"),
             };
             let ns = t0.elapsed().as_nanos() as u64;
+            homa::tt!("rpc-bench done {}", i);
             anyhow::ensure!(got == n, "fan-out answered {got}, asked {n}");
             if i >= warmup {
                 record(&mut h, ns);
@@ -412,6 +435,104 @@ pub fn measure(b: &RpcBench) -> anyhow::Result<RpcReport> {
         fanout: fan,
         codec,
     })
+}
+
+/// `--breakdown`: one traced case, its untraced twin measured just before.
+#[derive(Clone, Debug, Serialize)]
+pub struct BreakdownCase {
+    pub breakdown: crate::rpc_breakdown::Breakdown,
+    /// Median round trip of the traced calls (timed by the bench).
+    pub traced_p50_ns: f64,
+    /// Median round trip of as many untraced calls, same run, just
+    /// before the traced ones and just after.
+    pub untraced_p50_ns: f64,
+    pub untraced_after_p50_ns: f64,
+}
+
+/// Everything `--breakdown` prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct BreakdownReport {
+    /// One null call of 100 B (`inline`).
+    pub null: BreakdownCase,
+    /// One outer call whose `inline` handler makes one nested call.
+    pub nested: Option<BreakdownCase>,
+    /// `timetrace::record_cost_ns`: one record, ns.
+    pub record_cost_ns: f64,
+}
+
+/// Runs `run` untraced, then traced, and cuts the trace by `plan`.
+fn traced_case(
+    plan: &[crate::rpc_breakdown::Boundary],
+    run: impl Fn() -> anyhow::Result<Histogram<u64>>,
+) -> anyhow::Result<BreakdownCase> {
+    use homa::timetrace;
+    let before = run()?;
+    timetrace::clear();
+    timetrace::enable(true);
+    let traced = run();
+    timetrace::enable(false);
+    let events = timetrace::collect();
+    timetrace::clear();
+    let traced = traced?;
+    let after = run()?;
+    Ok(BreakdownCase {
+        breakdown: crate::rpc_breakdown::compute(&events, plan),
+        traced_p50_ns: traced.value_at_quantile(0.5) as f64,
+        untraced_p50_ns: before.value_at_quantile(0.5) as f64,
+        untraced_after_p50_ns: after.value_at_quantile(0.5) as f64,
+    })
+}
+
+/// `--breakdown`: the null method (`size` bytes, inline), `iters` calls
+/// traced; with `nested`, also one outer `inline` call with one nested
+/// call, `nested_iters` of them.
+pub fn measure_breakdown(
+    cfg: &homa::EndpointConfig,
+    size: usize,
+    iters: u64,
+    nested: Option<u64>,
+) -> anyhow::Result<BreakdownReport> {
+    use crate::rpc_breakdown::{nested_plan, null_plan};
+    let null = traced_case(&null_plan(), || rpc_echo(cfg, size, iters, iters / 10))?;
+    let nested = nested
+        .map(|n| traced_case(&nested_plan(), || fanout(cfg, "inline", 1, 1, n, n / 10)))
+        .transpose()?;
+    Ok(BreakdownReport {
+        null,
+        nested,
+        record_cost_ns: homa::timetrace::record_cost_ns(1_000_000),
+    })
+}
+
+/// Prints a [`BreakdownReport`].
+pub fn print_breakdown(r: &BreakdownReport, events: bool) {
+    use crate::rpc_breakdown::{print, print_events};
+    let c = &r.null;
+    print(
+        "null RPC (inline)",
+        &c.breakdown,
+        c.traced_p50_ns,
+        Some((c.untraced_p50_ns, c.untraced_after_p50_ns)),
+    );
+    if events {
+        print_events(&c.breakdown);
+    }
+    if let Some(c) = &r.nested {
+        println!();
+        print(
+            "one outer call, one nested call (fan-out inline, 1 nested)",
+            &c.breakdown,
+            c.traced_p50_ns,
+            Some((c.untraced_p50_ns, c.untraced_after_p50_ns)),
+        );
+        if events {
+            print_events(&c.breakdown);
+        }
+    }
+    println!(
+        "timetrace::record_cost_ns: {:.1} ns per record (goal <= 20 ns)",
+        r.record_cost_ns
+    );
 }
 
 /// The same-run ratios the goals are stated in.

@@ -42,6 +42,20 @@ pub struct RpcBenchArgs {
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Instead of the table: trace one null call (the first size,
+    /// `inline`) and one outer call with one nested call (unless
+    /// `--fanout` is empty) and print each one's median steps across
+    /// client, network and server (time trace), beside the measured
+    /// round trip.
+    #[arg(long)]
+    pub breakdown: bool,
+    /// Traced calls per `--breakdown` case (each thread's trace ring
+    /// holds 65,536 events, ~15-20 per call and thread).
+    #[arg(long, default_value_t = 2_000)]
+    pub breakdown_iters: u64,
+    /// With `--breakdown`: also print every event of the median RPC.
+    #[arg(long)]
+    pub events: bool,
     #[command(flatten)]
     pub homa: HomaOpts,
 }
@@ -72,6 +86,17 @@ impl RpcBenchArgs {
 pub fn run(args: RpcBenchArgs) -> anyhow::Result<()> {
     let spec = args.spec()?;
     MachineLoad::sample(Duration::from_millis(200)).report("rpc-bench");
+    if args.breakdown {
+        let n = args.breakdown_iters.clamp(10, 3_000);
+        let nested = (!spec.fanout.is_empty()).then_some(n);
+        let r = rpc::measure_breakdown(&spec.homa, spec.sizes[0], n, nested)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else {
+            rpc::print_breakdown(&r, args.events);
+        }
+        return Ok(());
+    }
     let report = rpc::measure(&spec)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -115,6 +140,9 @@ mod tests {
         assert_eq!(spec.sizes, [100, 1000]);
         assert_eq!(spec.fanout, [1, 2, 3]);
         assert_eq!(spec.rounds, 4);
+        let cli = Cli::parse_from(["x", "--breakdown", "--breakdown-iters", "50", "--events"]);
+        assert!(cli.args.breakdown && cli.args.events);
+        assert_eq!(cli.args.breakdown_iters, 50);
         let bad = Cli::parse_from(["x", "--fanout-modes", "threads"]);
         assert!(bad.args.spec().is_err());
     }

@@ -84,6 +84,7 @@ impl Client {
         method: u32,
         req: &Q::Out,
     ) -> Result<Call<R>, Status> {
+        homa::tt!("rpc call start {}", method);
         let deadline = self.deadline();
         let budget_us = match deadline {
             None => 0,
@@ -98,7 +99,11 @@ impl Client {
         let mut out = Vec::with_capacity(REQUEST_HEADER_LEN + Q::size_hint(req));
         out.extend_from_slice(&RequestHeader::new(method, budget_us, 0).encode());
         Q::encode(req, &mut out)?;
+        homa::tt!("rpc request encoded {}", out.len());
         let rpc = self.ep.send_request(addr, out)?;
+        if yield_after_send() {
+            std::thread::yield_now();
+        }
         Ok(Call {
             rpc: Some(rpc),
             notice: None,
@@ -146,7 +151,10 @@ impl<R: Payload> Call<R> {
                 .wait_timeout(d.saturating_duration_since(Instant::now()))
                 .map_err(Status::from)?,
         };
-        decode_reply::<R>(msg)
+        homa::tt!("rpc response got {}", msg.len());
+        let r = decode_reply::<R>(msg);
+        homa::tt!("rpc call done");
+        r
     }
 
     /// Waits for the response from async code, at most until the deadline
@@ -186,6 +194,16 @@ impl<R> Drop for Call<R> {
             let _ = self.ep.send_request(self.addr, out);
         }
     }
+}
+
+/// Whether `HOMA_RPC_YIELD_AFTER_SEND` is set (read once): an experiment
+/// of docs/rpc.md ("Breakdown"). A request's datagram wakes a sleeping
+/// receiver on loopback, and the scheduler tends to queue it on the
+/// sender's CPU, where it waits until the sender's busy poll (50 µs)
+/// ends; yielding once after the send lets it run at once.
+fn yield_after_send() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("HOMA_RPC_YIELD_AFTER_SEND").is_some())
 }
 
 /// Without a deadline of ours, the transport's timeout means the server

@@ -358,8 +358,10 @@ macro_rules! __rpc_sync {
     ($mode:ident, $s:expr, $id:expr, $cx:expr, $body:expr, $method:ident, $req:ty, $resp:ty) => {
         if $id == ids::$method {
             let req = <$req as $crate::Payload>::decode($body)?;
-            let resp = Service::$method($s, $cx, req)?;
-            return $crate::encode_ok::<$resp>(&resp);
+            $crate::homa::timetrace::record("rpc handler start");
+            let resp = Service::$method($s, $cx, req);
+            $crate::homa::timetrace::record("rpc handler done");
+            return $crate::encode_ok::<$resp>(&resp?);
         }
     };
 }

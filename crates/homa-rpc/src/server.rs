@@ -153,6 +153,7 @@ impl Server {
 
 impl Inner {
     fn handle(self: &Arc<Self>, req: Request) {
+        homa::tt!("rpc request in");
         let (mut msg, responder) = req.into_parts();
         let mut first = [0u8; REQUEST_HEADER_LEN];
         let n = msg.copy_to(0, &mut first);
@@ -173,6 +174,7 @@ impl Inner {
             let s = Status::unimplemented(format!("no method {:#010x}", hdr.method));
             return reply_status(responder, &s);
         };
+        homa::tt!("rpc method found {}", hdr.method);
         let deadline = (hdr.budget_us != 0)
             .then(|| Instant::now() + Duration::from_micros(hdr.budget_us as u64));
         let peer = responder.peer();
@@ -185,6 +187,7 @@ impl Inner {
                     server: self.clone(),
                 };
                 let out = catch_unwind(AssertUnwindSafe(|| svc.call(hdr.method, &cx, msg)));
+                homa::tt!("rpc response encoded");
                 finish(responder, &cx, out.unwrap_or_else(|p| Err(panicked(p))));
             }
             Mode::Pool => {
@@ -306,6 +309,7 @@ fn finish(responder: Responder, cx: &Context, out: Result<Vec<u8>, Status>) {
     }
     match out {
         Ok(v) => {
+            homa::tt!("rpc reply");
             let _ = responder.reply(v);
         }
         Err(s) => reply_status(responder, &s),

@@ -192,6 +192,36 @@ fn serve(s: &Server, name: &str) -> std::thread::JoinHandle<homa::Result<()>> {
         .expect("a thread for the server")
 }
 
+/// Runs `call` `warmup` times untimed, then `count` times into a
+/// histogram of its durations. With `marks`, each timed call is framed by
+/// the `rpc-bench call {i}` / `rpc-bench done {i}` trace points that
+/// `--breakdown` cuts the trace at (the end mark follows every call, as
+/// it did in each benchmark's own loop).
+fn timed_calls(
+    warmup: u64,
+    count: u64,
+    marks: bool,
+    mut call: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<Histogram<u64>> {
+    let mut h = new_histogram();
+    for i in 0..warmup + count {
+        if marks && i >= warmup {
+            homa::tt!("rpc-bench call {}", i);
+        }
+        let t0 = Instant::now();
+        let r = call();
+        let ns = t0.elapsed().as_nanos() as u64;
+        if marks {
+            homa::tt!("rpc-bench done {}", i);
+        }
+        r?;
+        if i >= warmup {
+            record(&mut h, ns);
+        }
+    }
+    Ok(h)
+}
+
 /// `count` null calls of `size` bytes through the framework, after
 /// `warmup`, on a fresh server and client.
 pub fn rpc_echo(
@@ -211,30 +241,18 @@ pub fn rpc_echo(
     let client = homa_rpc::Client::new(Endpoint::bind_with("127.0.0.1:0", cfg.clone())?);
     let stub = bench::Client::new(client, server.endpoint().local_addr());
     let req = crate::payload::Payloads::new(size).payload(4, size);
-    let mut h = new_histogram();
-    let result = (|| -> anyhow::Result<()> {
-        for i in 0..warmup + count {
-            if i >= warmup {
-                homa::tt!("rpc-bench call {}", i);
-            }
-            let t0 = Instant::now();
-            let reply = stub.null(&req)?;
-            let ns = t0.elapsed().as_nanos() as u64;
-            homa::tt!("rpc-bench done {}", i);
-            anyhow::ensure!(
-                reply.len() == size,
-                "echo of {} bytes, sent {size}",
-                reply.len()
-            );
-            if i >= warmup {
-                record(&mut h, ns);
-            }
-        }
+    let result = timed_calls(warmup, count, true, || {
+        let reply = stub.null(&req)?;
+        anyhow::ensure!(
+            reply.len() == size,
+            "echo of {} bytes, sent {size}",
+            reply.len()
+        );
         Ok(())
-    })();
+    });
     server.shutdown();
     let _ = t.join();
-    result.map(|_| h)
+    result
 }
 
 /// A raw echo that copies as the framework does (`homa-raw-copy`): the
@@ -264,25 +282,17 @@ pub fn raw_copy_echo(
     });
     let client = Endpoint::bind_with("127.0.0.1:0", cfg.clone())?;
     let body = crate::payload::Payloads::new(size).payload(4, size);
-    let mut h = new_histogram();
-    let result = (|| -> anyhow::Result<()> {
-        for i in 0..warmup + count {
-            let t0 = Instant::now();
-            let mut out = Vec::with_capacity(12 + size);
-            out.extend_from_slice(&[0; 12]);
-            out.extend_from_slice(&body);
-            let reply = client.call(addr, out)?;
-            let ns = t0.elapsed().as_nanos() as u64;
-            anyhow::ensure!(reply.len() == size + 16, "echo of {} bytes", reply.len());
-            if i >= warmup {
-                record(&mut h, ns);
-            }
-        }
+    let result = timed_calls(warmup, count, false, || {
+        let mut out = Vec::with_capacity(12 + size);
+        out.extend_from_slice(&[0; 12]);
+        out.extend_from_slice(&body);
+        let reply = client.call(addr, out)?;
+        anyhow::ensure!(reply.len() == size + 16, "echo of {} bytes", reply.len());
         Ok(())
-    })();
+    });
     server.shutdown();
     let _ = t.join();
-    result.map(|_| h)
+    result
 }
 
 /// Outer calls whose handler makes `n` nested calls, `count` of them
@@ -337,35 +347,23 @@ pub fn fanout(
         .collect();
     let client = homa_rpc::Client::new(Endpoint::bind_with("127.0.0.1:0", cfg.clone())?);
     let stub = bench::Client::new(client, front.endpoint().local_addr());
-    let mut h = new_histogram();
-    let result = (|| -> anyhow::Result<()> {
-        for i in 0..warmup + count {
-            if i >= warmup {
-                homa::tt!("rpc-bench call {}", i);
-            }
-            let t0 = Instant::now();
-            let got = match mode {
-                "inline" => stub.fan(&n)?,
-                "pool" => stub.fan_pool(&n)?,
-                "task" => stub.fan_task(&n)?,
-                other => anyhow::bail!("unknown fan-out mode {other} (inline, pool, task)"),
-            };
-            let ns = t0.elapsed().as_nanos() as u64;
-            homa::tt!("rpc-bench done {}", i);
-            anyhow::ensure!(got == n, "fan-out answered {got}, asked {n}");
-            if i >= warmup {
-                record(&mut h, ns);
-            }
-        }
+    let result = timed_calls(warmup, count, true, || {
+        let got = match mode {
+            "inline" => stub.fan(&n)?,
+            "pool" => stub.fan_pool(&n)?,
+            "task" => stub.fan_task(&n)?,
+            other => anyhow::bail!("unknown fan-out mode {other} (inline, pool, task)"),
+        };
+        anyhow::ensure!(got == n, "fan-out answered {got}, asked {n}");
         Ok(())
-    })();
+    });
     for s in &servers {
         s.shutdown();
     }
     for t in threads {
         let _ = t.join();
     }
-    result.map(|_| h)
+    result
 }
 
 pub fn measure(b: &RpcBench) -> anyhow::Result<RpcReport> {

@@ -1536,19 +1536,29 @@ mod tests {
     use bytes::Bytes;
     use std::net::SocketAddr;
 
+    /// A writer at `a` and a reader at `b` (addresses returned first), with
+    /// packets of `packet` bytes and `unsched` unscheduled bytes.
+    fn writer_and_reader(
+        packet: usize,
+        unsched: u32,
+    ) -> (SocketAddr, SocketAddr, Endpoint, Endpoint) {
+        let cfg = Config::default()
+            .with_max_packet_size(packet)
+            .with_unsched_bytes(Some(unsched))
+            .with_checksum(false);
+        let a: SocketAddr = "10.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "10.0.0.2:1".parse().unwrap();
+        let w = Endpoint::new(cfg.clone().with_rpc_id_seed(1), 0).unwrap();
+        let r = Endpoint::new(cfg.with_rpc_id_seed(2), 0).unwrap();
+        (a, b, w, r)
+    }
+
     /// A stream with more than the unscheduled bytes ready goes at the
     /// lowest level; one with a short message to send at the unscheduled
     /// level of its length, as a short RPC would.
     #[test]
     fn a_streams_priority_is_the_lowest_once_it_is_long() {
-        let cfg = Config::default()
-            .with_max_packet_size(1_500)
-            .with_unsched_bytes(Some(10_000))
-            .with_checksum(false);
-        let a: SocketAddr = "10.0.0.1:1".parse().unwrap();
-        let b: SocketAddr = "10.0.0.2:1".parse().unwrap();
-        let mut w = Endpoint::new(cfg.clone().with_rpc_id_seed(1), 0).unwrap();
-        let mut r = Endpoint::new(cfg.with_rpc_id_seed(2), 0).unwrap();
+        let (a, b, mut w, mut r) = writer_and_reader(1_500, 10_000);
         let short = w.derived.unsched_level(100);
         assert!(short > 0, "the test needs unscheduled levels above 0");
         let sid = w.open_stream(0, b).unwrap();
@@ -1573,14 +1583,7 @@ mod tests {
     /// whole; one that is not the next in order gets no site.
     #[test]
     fn a_landed_stream_packet_reads_like_a_whole_one() {
-        let cfg = Config::default()
-            .with_max_packet_size(20_000)
-            .with_unsched_bytes(Some(200_000))
-            .with_checksum(false);
-        let a: SocketAddr = "10.0.0.1:1".parse().unwrap();
-        let b: SocketAddr = "10.0.0.2:1".parse().unwrap();
-        let mut w = Endpoint::new(cfg.clone().with_rpc_id_seed(1), 0).unwrap();
-        let mut r = Endpoint::new(cfg.with_rpc_id_seed(2), 0).unwrap();
+        let (a, b, mut w, mut r) = writer_and_reader(20_000, 200_000);
         let sid = w.open_stream(0, b).unwrap();
         let msg: Vec<u8> = (0..50_000u32).map(|i| (i * 7) as u8).collect();
         w.stream_send(0, sid, Bytes::from(msg.clone())).unwrap();

@@ -207,24 +207,34 @@ impl Shared {
     /// do not try the lock at all ([`Self::drive_once_serving`]), so the
     /// waiter gets it at the next release.
     pub(crate) fn lock_engine(&self) -> parking_lot::MutexGuard<'_, Driver> {
-        if let Some(d) = self.driver.try_lock() {
-            return d;
-        }
-        self.lock_waiters.fetch_add(1, SeqCst);
-        let d = self.driver.lock();
-        self.lock_waiters.fetch_sub(1, SeqCst);
-        d
+        self.counted_lock(|| self.driver.try_lock(), || self.driver.lock())
     }
 
     /// [`Self::lock_engine`], the guard held by value.
     fn lock_engine_arc(&self) -> parking_lot::ArcMutexGuard<parking_lot::RawMutex, Driver> {
-        if let Some(d) = self.driver.try_lock_arc() {
+        self.counted_lock(|| self.driver.try_lock_arc(), || self.driver.lock_arc())
+    }
+
+    /// `try_lock()`, or else `lock()` counted in `lock_waiters` meanwhile.
+    fn counted_lock<G>(&self, try_lock: impl FnOnce() -> Option<G>, lock: impl FnOnce() -> G) -> G {
+        if let Some(d) = try_lock() {
             return d;
         }
         self.lock_waiters.fetch_add(1, SeqCst);
-        let d = self.driver.lock_arc();
+        let d = lock();
         self.lock_waiters.fetch_sub(1, SeqCst);
         d
+    }
+
+    /// A poller's lock: none if another thread holds it, but behind any
+    /// thread waiting in [`Self::lock_engine`] (asleep) rather than
+    /// spinning on a core it may need.
+    fn poller_lock(&self) -> Option<parking_lot::MutexGuard<'_, Driver>> {
+        if self.lock_waiters.load(Relaxed) != 0 {
+            Some(self.lock_engine())
+        } else {
+            self.driver.try_lock()
+        }
     }
 
     /// Runs `f` under the engine lock, then lets the engine transmit (and,
@@ -272,15 +282,8 @@ impl Shared {
 
     /// [`Self::drive_once`] that hands requests to `serving`'s handler.
     pub(crate) fn drive_once_serving(&self, serving: Option<&mut Serving>) -> Option<Pass> {
-        // Someone waits for the lock ([`Self::lock_engine`]): queue behind
-        // them, asleep, instead of spinning on a core they may need.
-        let queue = self.lock_waiters.load(Relaxed) != 0;
         let Some(s) = serving else {
-            let mut d = if queue {
-                self.lock_engine()
-            } else {
-                self.driver.try_lock()?
-            };
+            let mut d = self.poller_lock()?;
             let now = self.clock(&mut d);
             let before = d.stats.packets_received;
             self.drive(&mut d, now, true);
@@ -293,11 +296,7 @@ impl Shared {
         // held by value, so that it can be lent to the handler's calls (see
         // `serve.rs`). Taking the by-value guard on every round instead
         // cost two atomic operations on the `Arc` per empty poll.
-        let mut d = if queue {
-            self.lock_engine()
-        } else {
-            self.driver.try_lock()?
-        };
+        let mut d = self.poller_lock()?;
         let now = self.clock(&mut d);
         let before = d.stats.packets_received;
         if !self.drive_begin(&mut d, now, true) {

@@ -1,0 +1,225 @@
+//! `homa kv-bench`: closed-loop random reads and writes of the store (one
+//! master, R backups, in this process on loopback), beside a raw Homa echo
+//! of the same size and Redis GET and SET+WAIT R (a primary and R replica
+//! processes), all in the same run, taking turns in rounds.
+
+use crate::cluster::{ClusterSpec, LocalCluster};
+use crate::redis_bench::{timed, RedisCluster};
+use crate::KvClient;
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use homa_bench::stats::new_histogram;
+use rand::Rng;
+use serde::Serialize;
+use std::time::Duration;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct KvBench {
+    /// Value sizes in bytes.
+    pub sizes: Vec<usize>,
+    /// Timed operations per system, operation and size (split over the
+    /// rounds; a tenth as many again as warm-up in each round).
+    pub iters: u64,
+    /// Rounds the systems take turns in.
+    pub rounds: u64,
+    /// R: backups per homa-kv write, replicas per Redis WAIT.
+    pub replicas: usize,
+    /// Keys read and written at random.
+    pub keys: usize,
+    /// Longest a single row may run (then it stops early).
+    pub max_per_row: Duration,
+    /// Measure Redis too.
+    pub redis: bool,
+    pub homa: homa::EndpointConfig,
+    pub progress: bool,
+}
+
+/// One row of the report.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Row {
+    /// `homa-kv`, `redis` or `homa-echo`.
+    pub system: String,
+    /// `read`, `write` or `echo`.
+    pub op: String,
+    pub value_bytes: usize,
+    pub replicas: usize,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+/// Everything `--json` prints.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The machine's load before the run (homa_bench::machine).
+    pub machine: String,
+    pub warning: Option<String>,
+    pub rows: Vec<Row>,
+}
+
+fn us(h: &Histogram<u64>, q: f64) -> f64 {
+    (h.value_at_quantile(q) as f64 / 10.0).round() / 100.0
+}
+
+fn say(on: bool, what: &str) {
+    if on {
+        eprintln!("kv-bench: {what}");
+    }
+}
+
+/// A value of `size` bytes that says which write it is.
+fn value(size: usize, tag: u64) -> Bytes {
+    let mut v = vec![b'v'; size];
+    let t = tag.to_le_bytes();
+    let n = t.len().min(size);
+    v[..n].copy_from_slice(&t[..n]);
+    Bytes::from(v)
+}
+
+struct Hists {
+    echo: Histogram<u64>,
+    read: Histogram<u64>,
+    write: Histogram<u64>,
+    get: Histogram<u64>,
+    set: Histogram<u64>,
+}
+
+/// Runs the benchmark; the machine's load is sampled first.
+pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
+    let load = homa_bench::machine::MachineLoad::sample(Duration::from_millis(200));
+    load.report("kv-bench");
+    let r = b.replicas.max(1);
+    say(
+        b.progress,
+        &format!("starting homa-kv: 1 master, {r} backups"),
+    );
+    let cluster = LocalCluster::start(ClusterSpec {
+        masters: 1,
+        backups: r,
+        replicas: r,
+        homa: b.homa.clone(),
+        ..ClusterSpec::default()
+    })?;
+    let ep = homa::Endpoint::bind_with("127.0.0.1:0", b.homa.clone())?;
+    let kv = KvClient::with_rpc(homa_rpc::Client::new(ep), cluster.coordinator())?;
+    let redis = if b.redis {
+        say(
+            b.progress,
+            &format!("starting redis: a primary, {r} replicas"),
+        );
+        Some(RedisCluster::start(r)?)
+    } else {
+        None
+    };
+    let keys: Vec<String> = (0..b.keys.max(1)).map(|i| format!("key{i:08}")).collect();
+    let rounds = b.rounds.max(1);
+    let mut rows = Vec::new();
+    let mut tag = 0u64;
+    for &size in &b.sizes {
+        say(
+            b.progress,
+            &format!("{size} B: loading {} keys", keys.len()),
+        );
+        for k in &keys {
+            tag += 1;
+            kv.put(k.as_bytes(), value(size, tag))?;
+        }
+        if let Some(rc) = &redis {
+            rc.load(&keys, size)?;
+        }
+        let mut h = Hists {
+            echo: new_histogram(),
+            read: new_histogram(),
+            write: new_histogram(),
+            get: new_histogram(),
+            set: new_histogram(),
+        };
+        let per = (b.iters / rounds).max(10);
+        let warm = per / 10;
+        let max = b.max_per_row / rounds as u32;
+        for round in 0..rounds {
+            say(
+                b.progress,
+                &format!("{size} B: round {} of {rounds}", round + 1),
+            );
+            h.echo.add(homa_bench::echo::homa_echo(
+                &b.homa, size, per, warm, false, true,
+            )?)?;
+            h.read.add(timed(per, warm, max, |rng| {
+                let k = &keys[rng.gen_range(0..keys.len())];
+                let v = kv.get(k.as_bytes())?;
+                anyhow::ensure!(v.map(|v| v.value.len()) == Some(size), "read of {k}");
+                Ok(())
+            })?)?;
+            h.write.add(timed(per, warm, max, |rng| {
+                let k = &keys[rng.gen_range(0..keys.len())];
+                tag += 1;
+                kv.put(k.as_bytes(), value(size, tag))?;
+                Ok(())
+            })?)?;
+            if let Some(rc) = &redis {
+                h.get.add(rc.get(&keys, size, per, warm, max)?)?;
+                h.set.add(rc.set_wait(&keys, size, per, warm, max)?)?;
+            }
+        }
+        let mut row = |system: &str, op: &str, replicas: usize, hist: &Histogram<u64>| {
+            rows.push(Row {
+                system: system.into(),
+                op: op.into(),
+                value_bytes: size,
+                replicas,
+                p50_us: us(hist, 0.5),
+                p99_us: us(hist, 0.99),
+            })
+        };
+        row("homa-echo", "echo", 0, &h.echo);
+        row("homa-kv", "read", r, &h.read);
+        row("homa-kv", "write", r, &h.write);
+        if redis.is_some() {
+            row("redis", "read", r, &h.get);
+            row("redis", "write", r, &h.set);
+        }
+    }
+    drop(redis);
+    cluster.stop();
+    Ok(Report {
+        machine: load.describe(),
+        warning: load.warning(),
+        rows,
+    })
+}
+
+/// The goals, from a report's 100-byte rows: (goal, ratio, limit).
+pub fn goals(rows: &[Row]) -> Vec<(String, f64, f64)> {
+    let p50 = |system: &str, op: &str| {
+        rows.iter()
+            .find(|r| r.system == system && r.op == op && r.value_bytes == 100)
+            .map(|r| r.p50_us)
+    };
+    let mut out = Vec::new();
+    let mut add = |what: &str, a: Option<f64>, b: Option<f64>, limit: f64| {
+        if let (Some(a), Some(b)) = (a, b) {
+            out.push((what.to_string(), a / b, limit));
+        }
+    };
+    let (echo, read, write) = (
+        p50("homa-echo", "echo"),
+        p50("homa-kv", "read"),
+        p50("homa-kv", "write"),
+    );
+    add("read 100 B p50 / echo p50", read, echo, 1.3);
+    add(
+        "read 100 B p50 / Redis GET p50",
+        read,
+        p50("redis", "read"),
+        0.5,
+    );
+    add("write 100 B p50 / echo p50", write, echo, 2.5);
+    add(
+        "write 100 B p50 / Redis SET+WAIT p50",
+        write,
+        p50("redis", "write"),
+        0.5,
+    );
+    out
+}

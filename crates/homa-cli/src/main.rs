@@ -11,6 +11,7 @@ mod cluster_bench;
 mod coexist_bench;
 mod echo_bench;
 mod grpc_bench;
+mod kv_bench;
 mod onramp_bench;
 mod opts;
 mod rate_bench;
@@ -59,6 +60,15 @@ enum Command {
     Testbed(testbed::TestbedArgs),
     /// The cluster benchmark: an open-loop client node, and the whole Homa-vs-TCP experiment on the testbed.
     Bench(cluster_bench::BenchArgs),
+    /// The replicated key-value store (issue #24): coordinator, master and
+    /// backup processes, a local cluster (`up`), and a client (`cli`).
+    Kv {
+        #[command(subcommand)]
+        command: homa_kv::cli::KvCommand,
+    },
+    /// homa-kv reads and writes against a raw Homa echo and Redis GET and
+    /// SET+WAIT, in one run (issue #24).
+    KvBench(kv_bench::KvBenchArgs),
     /// Packet-level datacenter simulation of Homa (paper topology, workloads W1-W5, sweeps).
     Sim(Box<sim::SimArgs>),
 }
@@ -76,5 +86,7 @@ fn main() -> anyhow::Result<()> {
         Command::Testbed(args) => testbed::run(args),
         Command::Bench(args) => cluster_bench::run(args),
         Command::Sim(args) => sim::run(*args),
+        Command::Kv { command } => homa_kv::cli::run(command),
+        Command::KvBench(args) => kv_bench::run(args),
     }
 }

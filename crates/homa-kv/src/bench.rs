@@ -32,6 +32,8 @@ pub struct KvBench {
     /// Measure Redis too.
     pub redis: bool,
     pub homa: homa::EndpointConfig,
+    /// The backups' busy-poll time (None: `homa.poll`).
+    pub backup_poll: Option<Duration>,
     pub progress: bool,
 }
 
@@ -98,6 +100,7 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
         backups: r,
         replicas: r,
         homa: b.homa.clone(),
+        backup_poll: b.backup_poll,
         ..ClusterSpec::default()
     })?;
     let ep = homa::Endpoint::bind_with("127.0.0.1:0", b.homa.clone())?;

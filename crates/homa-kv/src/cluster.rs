@@ -21,6 +21,8 @@ pub struct ClusterSpec {
     pub replication_timeout: Duration,
     /// Every node's endpoint settings.
     pub homa: homa::EndpointConfig,
+    /// The backups' busy-poll time, if not `homa.poll` (kv-bench).
+    pub backup_poll: Option<Duration>,
 }
 
 impl Default for ClusterSpec {
@@ -32,6 +34,7 @@ impl Default for ClusterSpec {
             master_threads: 1,
             replication_timeout: Duration::from_millis(200),
             homa: homa::EndpointConfig::default(),
+            backup_poll: None,
         }
     }
 }
@@ -99,7 +102,11 @@ impl LocalCluster {
 
     /// Starts one more backup; returns its index.
     pub fn add_backup(&mut self) -> anyhow::Result<usize> {
-        let b = start_backup(loopback(), self.coordinator(), &self.spec.homa)?;
+        let mut cfg = self.spec.homa.clone();
+        if let Some(p) = self.spec.backup_poll {
+            cfg.poll = p;
+        }
+        let b = start_backup(loopback(), self.coordinator(), &cfg)?;
         self.backups.push(Some(b));
         Ok(self.backups.len() - 1)
     }

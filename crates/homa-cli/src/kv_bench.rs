@@ -1,0 +1,76 @@
+//! `homa kv-bench`: the options of `homa_kv::bench` (the homa-kv store
+//! against a raw Homa echo and Redis, issue #24) and its table or JSON.
+
+use crate::opts::{parse_sizes, HomaOpts};
+use clap::Args;
+use homa_kv::bench::{self, KvBench};
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+pub struct KvBenchArgs {
+    /// Value sizes in bytes, comma-separated (k suffix allowed).
+    #[arg(long, default_value = "100,1k,10k")]
+    pub sizes: String,
+    /// Timed operations per system, operation and size.
+    #[arg(long, default_value_t = 4_000)]
+    pub iters: u64,
+    /// The systems take turns in this many rounds.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub rounds: u64,
+    /// R: backups per homa-kv write, replicas per Redis WAIT.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: usize,
+    /// Keys read and written at random.
+    #[arg(long, default_value_t = 1_000)]
+    pub keys: usize,
+    /// Longest one row may take, in seconds (it stops early then).
+    #[arg(long, default_value_t = 20.0)]
+    pub max_row_secs: f64,
+    /// The backups' busy-poll time in µs (default: the --poll-us of all
+    /// endpoints).
+    #[arg(long)]
+    pub backup_poll_us: Option<u64>,
+    /// Leave Redis out.
+    #[arg(long)]
+    pub no_redis: bool,
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub homa: HomaOpts,
+}
+
+pub fn run(args: KvBenchArgs) -> anyhow::Result<()> {
+    let spec = KvBench {
+        sizes: parse_sizes(&args.sizes)?,
+        iters: args.iters.max(10),
+        rounds: args.rounds,
+        replicas: args.replicas.max(1),
+        keys: args.keys.max(1),
+        max_per_row: Duration::from_secs_f64(args.max_row_secs.clamp(0.1, 600.0)),
+        redis: !args.no_redis,
+        homa: args.homa.config_with_link(homa_bench::LOOPBACK_GBPS)?,
+        backup_poll: args.backup_poll_us.map(Duration::from_micros),
+        progress: !args.json,
+    };
+    let report = bench::measure(&spec)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "{:<10} {:<6} {:>8} {:>3} {:>9} {:>9}",
+        "system", "op", "bytes", "R", "p50 us", "p99 us"
+    );
+    for r in &report.rows {
+        println!(
+            "{:<10} {:<6} {:>8} {:>3} {:>9.2} {:>9.2}",
+            r.system, r.op, r.value_bytes, r.replicas, r.p50_us, r.p99_us
+        );
+    }
+    for (what, ratio, limit) in bench::goals(&report.rows) {
+        let ok = if ratio <= limit { "met" } else { "NOT met" };
+        println!("{what}: {ratio:.2} (goal <= {limit}): {ok}");
+    }
+    Ok(())
+}

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 /// A Redis primary and its replicas.
 pub struct RedisCluster {
     children: Vec<Child>,
+    dir: std::path::PathBuf,
     pub port: u16,
     pub replicas: usize,
 }
@@ -22,9 +23,15 @@ fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
-fn spawn(port: u16, primary: Option<u16>) -> anyhow::Result<Child> {
+fn spawn(port: u16, primary: Option<u16>, dir: &std::path::Path) -> anyhow::Result<Child> {
     let mut c = Command::new("redis-server");
     c.args(["--port", &port.to_string()])
+        // Full syncs straight over the socket, at once; any file a server
+        // still writes goes to a directory removed at the end.
+        .args(["--repl-diskless-sync", "yes"])
+        .args(["--repl-diskless-sync-delay", "0"])
+        .arg("--dir")
+        .arg(dir)
         .args(["--bind", "127.0.0.1"])
         .args(["--save", ""])
         .args(["--appendonly", "no"])
@@ -53,14 +60,17 @@ impl RedisCluster {
     /// replica is online.
     pub fn start(replicas: usize) -> anyhow::Result<RedisCluster> {
         let port = free_port()?;
+        let dir = std::env::temp_dir().join(format!("homa-kv-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
         let mut rc = RedisCluster {
-            children: vec![spawn(port, None)?],
+            children: vec![spawn(port, None, &dir)?],
+            dir,
             port,
             replicas,
         };
         for _ in 0..replicas {
             let p = free_port()?;
-            rc.children.push(spawn(p, Some(port))?);
+            rc.children.push(spawn(p, Some(port), &rc.dir)?);
         }
         let end = Instant::now() + Duration::from_secs(15);
         loop {
@@ -138,6 +148,7 @@ impl Drop for RedisCluster {
         for c in &mut self.children {
             let _ = c.wait();
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

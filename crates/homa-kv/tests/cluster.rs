@@ -200,7 +200,7 @@ fn concurrent_history_with_failures_is_linearizable() {
                     n += 1;
                     let key = keys[((n * 7 + w) % keys.len() as u64) as usize].clone();
                     let start = Instant::now();
-                    let kind = if n % 2 == 0 {
+                    let kind = if n & 1 == 0 {
                         let value = Bytes::from(format!("w{w}-{n}"));
                         let version = kv.put(&key, value.clone()).ok();
                         Kind::Write { value, version }

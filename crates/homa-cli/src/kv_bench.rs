@@ -30,6 +30,13 @@ pub struct KvBenchArgs {
     /// endpoints).
     #[arg(long)]
     pub backup_poll_us: Option<u64>,
+    /// The master's replication endpoint's busy-poll time in µs.
+    #[arg(long)]
+    pub nested_poll_us: Option<u64>,
+    /// Extra rows: 100 B homa-kv writes with these numbers of backups,
+    /// comma-separated (what each replica adds; 0 = no replication).
+    #[arg(long, default_value = "0,1", value_delimiter = ',')]
+    pub write_replicas: Vec<usize>,
     /// Leave Redis out.
     #[arg(long)]
     pub no_redis: bool,
@@ -49,8 +56,10 @@ pub fn run(args: KvBenchArgs) -> anyhow::Result<()> {
         keys: args.keys.max(1),
         max_per_row: Duration::from_secs_f64(args.max_row_secs.clamp(0.1, 600.0)),
         redis: !args.no_redis,
+        write_replicas: args.write_replicas.clone(),
         homa: args.homa.config_with_link(homa_bench::LOOPBACK_GBPS)?,
         backup_poll: args.backup_poll_us.map(Duration::from_micros),
+        nested_poll: args.nested_poll_us.map(Duration::from_micros),
         progress: !args.json,
     };
     let report = bench::measure(&spec)?;

@@ -31,9 +31,15 @@ pub struct KvBench {
     pub max_per_row: Duration,
     /// Measure Redis too.
     pub redis: bool,
+    /// Extra rows: 100 B writes with these other numbers of backups (each
+    /// on a cluster of its own, after the main rows), to show what each
+    /// replica adds (0: the master's log alone).
+    pub write_replicas: Vec<usize>,
     pub homa: homa::EndpointConfig,
     /// The backups' busy-poll time (None: `homa.poll`).
     pub backup_poll: Option<Duration>,
+    /// The master's replication endpoint's busy-poll time.
+    pub nested_poll: Option<Duration>,
     pub progress: bool,
 }
 
@@ -91,20 +97,24 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
     let load = homa_bench::machine::MachineLoad::sample(Duration::from_millis(200));
     load.report("kv-bench");
     let r = b.replicas.max(1);
-    say(
-        b.progress,
-        &format!("starting homa-kv: 1 master, {r} backups"),
-    );
-    let cluster = LocalCluster::start(ClusterSpec {
+    let spec = |replicas: usize| ClusterSpec {
         masters: 1,
-        backups: r,
-        replicas: r,
+        backups: replicas,
+        replicas,
         homa: b.homa.clone(),
         backup_poll: b.backup_poll,
+        nested_poll: b.nested_poll,
         ..ClusterSpec::default()
-    })?;
-    let ep = homa::Endpoint::bind_with("127.0.0.1:0", b.homa.clone())?;
-    let kv = KvClient::with_rpc(homa_rpc::Client::new(ep), cluster.coordinator())?;
+    };
+    // A fresh store (and client endpoint) per round, as rpc-bench takes
+    // fresh endpoints per round: a run of threads that fell into the slow
+    // wake-up mode (docs/rpc.md, "Breakdown") does not decide every round.
+    let start = |replicas: usize| -> anyhow::Result<(LocalCluster, KvClient)> {
+        let c = LocalCluster::start(spec(replicas))?;
+        let ep = homa::Endpoint::bind_with("127.0.0.1:0", b.homa.clone())?;
+        let kv = KvClient::with_rpc(homa_rpc::Client::new(ep), c.coordinator())?;
+        Ok((c, kv))
+    };
     let redis = if b.redis {
         say(
             b.progress,
@@ -119,14 +129,6 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
     let mut rows = Vec::new();
     let mut tag = 0u64;
     for &size in &b.sizes {
-        say(
-            b.progress,
-            &format!("{size} B: loading {} keys", keys.len()),
-        );
-        for k in &keys {
-            tag += 1;
-            kv.put(k.as_bytes(), value(size, tag))?;
-        }
         if let Some(rc) = &redis {
             rc.load(&keys, size)?;
         }
@@ -143,11 +145,20 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
         for round in 0..rounds {
             say(
                 b.progress,
-                &format!("{size} B: round {} of {rounds}", round + 1),
+                &format!(
+                    "{size} B: round {} of {rounds} (homa-kv: 1 master, {r} backups, {} keys)",
+                    round + 1,
+                    keys.len()
+                ),
             );
             h.echo.add(homa_bench::echo::homa_echo(
                 &b.homa, size, per, warm, false, true,
             )?)?;
+            let (cluster, kv) = start(r)?;
+            for k in &keys {
+                tag += 1;
+                kv.put(k.as_bytes(), value(size, tag))?;
+            }
             h.read.add(timed(per, warm, max, |rng| {
                 let k = &keys[rng.gen_range(0..keys.len())];
                 let v = kv.get(k.as_bytes())?;
@@ -160,6 +171,8 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
                 kv.put(k.as_bytes(), value(size, tag))?;
                 Ok(())
             })?)?;
+            drop(kv);
+            cluster.stop();
             if let Some(rc) = &redis {
                 h.get.add(rc.get(&keys, size, per, warm, max)?)?;
                 h.set.add(rc.set_wait(&keys, size, per, warm, max)?)?;
@@ -184,7 +197,35 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
         }
     }
     drop(redis);
-    cluster.stop();
+    for &r2 in &b.write_replicas {
+        say(b.progress, &format!("100 B writes with {r2} backups"));
+        let mut hist = new_histogram();
+        let per = (b.iters / rounds).max(10);
+        for _ in 0..rounds {
+            let (c, kv) = start(r2)?;
+            hist.add(timed(
+                per,
+                per / 10,
+                b.max_per_row / rounds as u32,
+                |rng| {
+                    let k = &keys[rng.gen_range(0..keys.len())];
+                    tag += 1;
+                    kv.put(k.as_bytes(), value(100, tag))?;
+                    Ok(())
+                },
+            )?)?;
+            drop(kv);
+            c.stop();
+        }
+        rows.push(Row {
+            system: "homa-kv".into(),
+            op: "write".into(),
+            value_bytes: 100,
+            replicas: r2,
+            p50_us: us(&hist, 0.5),
+            p99_us: us(&hist, 0.99),
+        });
+    }
     Ok(Report {
         machine: load.describe(),
         warning: load.warning(),
@@ -194,6 +235,7 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
 
 /// The goals, from a report's 100-byte rows: (goal, ratio, limit).
 pub fn goals(rows: &[Row]) -> Vec<(String, f64, f64)> {
+    // The main rows (the first of each system and operation at 100 B).
     let p50 = |system: &str, op: &str| {
         rows.iter()
             .find(|r| r.system == system && r.op == op && r.value_bytes == 100)

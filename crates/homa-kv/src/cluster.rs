@@ -23,6 +23,9 @@ pub struct ClusterSpec {
     pub homa: homa::EndpointConfig,
     /// The backups' busy-poll time, if not `homa.poll` (kv-bench).
     pub backup_poll: Option<Duration>,
+    /// The busy-poll time of the masters' replication endpoint, if not
+    /// `homa.poll`.
+    pub nested_poll: Option<Duration>,
 }
 
 impl Default for ClusterSpec {
@@ -35,6 +38,7 @@ impl Default for ClusterSpec {
             replication_timeout: Duration::from_millis(200),
             homa: homa::EndpointConfig::default(),
             backup_poll: None,
+            nested_poll: None,
         }
     }
 }
@@ -133,6 +137,7 @@ impl LocalCluster {
         cfg.slot = Some(slot);
         cfg.replicas = self.spec.replicas;
         cfg.replication_timeout = self.spec.replication_timeout;
+        cfg.nested_poll = self.spec.nested_poll;
         let (r, rec) = start_master(loopback(), &cfg, self.spec.master_threads, &self.spec.homa)?;
         self.masters[slot as usize] = Some(r);
         Ok(rec)

@@ -32,6 +32,9 @@ pub struct MasterConfig {
     pub replication_timeout: Duration,
     /// How long to wait at start for enough backups to enlist.
     pub wait_for_backups: Duration,
+    /// The busy-poll time of the endpoint replication calls go through
+    /// (None: the server endpoint's).
+    pub nested_poll: Option<Duration>,
 }
 
 impl MasterConfig {
@@ -42,6 +45,7 @@ impl MasterConfig {
             replicas: 3,
             replication_timeout: Duration::from_millis(200),
             wait_for_backups: Duration::from_secs(10),
+            nested_poll: None,
         }
     }
 }

@@ -24,9 +24,19 @@ pub struct Running {
 }
 
 impl Running {
-    fn start(ep: Endpoint, svc: impl Dispatch, threads: usize, name: &str) -> Running {
+    fn start(
+        ep: Endpoint,
+        svc: impl Dispatch,
+        threads: usize,
+        name: &str,
+        nested: Option<Endpoint>,
+    ) -> Running {
         let addr = ep.local_addr();
-        let server = Server::builder(ep).workers(1).service(svc).build();
+        let mut b = Server::builder(ep).workers(1).service(svc);
+        if let Some(n) = nested {
+            b = b.nested_endpoint(n);
+        }
+        let server = b.build();
         let threads = (0..threads.max(1))
             .map(|i| {
                 let s = server.clone();
@@ -85,6 +95,7 @@ pub fn start_coordinator(
         coord::server(Coordinator::new(slots)),
         1,
         "coord",
+        None,
     ))
 }
 
@@ -95,7 +106,13 @@ pub fn start_backup(
     cfg: &EndpointConfig,
 ) -> anyhow::Result<Running> {
     let ep = Endpoint::bind_with(addr, cfg.clone())?;
-    let r = Running::start(ep, backup::server(BackupService::default()), 1, "backup");
+    let r = Running::start(
+        ep,
+        backup::server(BackupService::default()),
+        1,
+        "backup",
+        None,
+    );
     let rpc = homa_rpc::Client::new(client_endpoint(coordinator)?);
     let co = coord::Client::new(rpc.with_timeout(Duration::from_secs(1)), coordinator);
     let end = Instant::now() + Duration::from_secs(10);
@@ -122,7 +139,17 @@ pub fn start_master(
     let rpc = homa_rpc::Client::new(client_endpoint(cfg.coordinator)?);
     let (m, rec) = Master::recover(cfg, &rpc)?;
     let m = Arc::new(m);
-    let r = Running::start(ep, master::Server(m.clone()), threads, "master");
+    // The replication calls' endpoint: the server's settings, with its
+    // own busy-poll time if one is set.
+    let nested = match cfg.nested_poll {
+        Some(p) => {
+            let mut c = homa.clone();
+            c.poll = p;
+            Some(Endpoint::bind_with(SocketAddr::new(addr.ip(), 0), c)?)
+        }
+        None => None,
+    };
+    let r = Running::start(ep, master::Server(m.clone()), threads, "master", nested);
     m.announce(&rpc, r.addr)?;
     Ok((r, rec))
 }

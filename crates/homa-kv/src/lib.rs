@@ -16,6 +16,11 @@
 //!
 //! Design and guarantees: docs/kv.md.
 
+/// The examples in the crate's README.md, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub mod backup;
 pub mod bench;
 pub mod check;

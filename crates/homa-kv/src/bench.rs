@@ -40,6 +40,8 @@ pub struct KvBench {
     pub backup_poll: Option<Duration>,
     /// The master's replication endpoint's busy-poll time.
     pub nested_poll: Option<Duration>,
+    /// The homa-kv client endpoint's busy-poll time.
+    pub client_poll: Option<Duration>,
     pub progress: bool,
 }
 
@@ -62,6 +64,10 @@ pub struct Report {
     /// The machine's load before the run (homa_bench::machine).
     pub machine: String,
     pub warning: Option<String>,
+    /// The homa-kv side's busy-poll times (µs): client, backups, master's
+    /// replication endpoint; the master's serving endpoint and the echo
+    /// use the common setting (`--poll-us`).
+    pub homa_kv_poll_us: [u64; 3],
     pub rows: Vec<Row>,
 }
 
@@ -111,7 +117,11 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
     // wake-up mode (docs/rpc.md, "Breakdown") does not decide every round.
     let start = |replicas: usize| -> anyhow::Result<(LocalCluster, KvClient)> {
         let c = LocalCluster::start(spec(replicas))?;
-        let ep = homa::Endpoint::bind_with("127.0.0.1:0", b.homa.clone())?;
+        let mut cfg = b.homa.clone();
+        if let Some(p) = b.client_poll {
+            cfg.poll = p;
+        }
+        let ep = homa::Endpoint::bind_with("127.0.0.1:0", cfg)?;
         let kv = KvClient::with_rpc(homa_rpc::Client::new(ep), c.coordinator())?;
         Ok((c, kv))
     };
@@ -229,6 +239,8 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
     Ok(Report {
         machine: load.describe(),
         warning: load.warning(),
+        homa_kv_poll_us: [b.client_poll, b.backup_poll, b.nested_poll]
+            .map(|p| p.unwrap_or(b.homa.poll).as_micros() as u64),
         rows,
     })
 }

@@ -28,6 +28,10 @@ pub enum KvCommand {
         addr: SocketAddr,
         #[arg(long)]
         coordinator: SocketAddr,
+        /// Busy-poll time in µs before the serving thread sleeps (default:
+        /// the runtime's; kv-bench uses 0, see docs/kv.md).
+        #[arg(long)]
+        poll_us: Option<u64>,
     },
     /// A master: recovers its slot from the backups, then serves it.
     Master(MasterArgs),
@@ -40,6 +44,12 @@ pub enum KvCommand {
         backups: usize,
         #[arg(long, default_value_t = 3)]
         replicas: usize,
+        /// The backups' busy-poll time in µs (default: the runtime's).
+        #[arg(long)]
+        backup_poll_us: Option<u64>,
+        /// The masters' replication endpoints' busy-poll time in µs.
+        #[arg(long)]
+        nested_poll_us: Option<u64>,
     },
     /// One client operation.
     Cli(CliArgs),
@@ -64,6 +74,10 @@ pub struct MasterArgs {
     /// A replication call slower than this takes its backup for dead (ms).
     #[arg(long, default_value_t = 200)]
     pub replication_timeout_ms: u64,
+    /// Busy-poll time in µs of the endpoint replication calls go through
+    /// (default: the runtime's; kv-bench uses 0, see docs/kv.md).
+    #[arg(long)]
+    pub nested_poll_us: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -120,8 +134,16 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<()> {
             announce(format!("coordinator {}", r.addr));
             forever()
         }
-        KvCommand::Backup { addr, coordinator } => {
-            let r = start_backup(addr, coordinator, &Default::default())?;
+        KvCommand::Backup {
+            addr,
+            coordinator,
+            poll_us,
+        } => {
+            let mut cfg = homa::EndpointConfig::default();
+            if let Some(p) = poll_us {
+                cfg.poll = Duration::from_micros(p);
+            }
+            let r = start_backup(addr, coordinator, &cfg)?;
             announce(format!("backup {}", r.addr));
             forever()
         }
@@ -130,6 +152,7 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<()> {
             cfg.slot = a.slot;
             cfg.replicas = a.replicas;
             cfg.replication_timeout = Duration::from_millis(a.replication_timeout_ms);
+            cfg.nested_poll = a.nested_poll_us.map(Duration::from_micros);
             let (r, rec) = start_master(a.addr, &cfg, a.threads, &Default::default())?;
             announce(format!(
                 "master {} slot {} epoch {} recovered {} objects from {} entries in {:.1} ms, replicas {:?}",
@@ -147,11 +170,15 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<()> {
             masters,
             backups,
             replicas,
+            backup_poll_us,
+            nested_poll_us,
         } => {
             let c = LocalCluster::start(ClusterSpec {
                 masters,
                 backups,
                 replicas,
+                backup_poll: backup_poll_us.map(Duration::from_micros),
+                nested_poll: nested_poll_us.map(Duration::from_micros),
                 ..ClusterSpec::default()
             })?;
             announce(format!("coordinator {}", c.coordinator()));

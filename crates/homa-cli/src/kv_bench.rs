@@ -50,6 +50,18 @@ pub struct KvBenchArgs {
     /// Leave Redis out.
     #[arg(long)]
     pub no_redis: bool,
+    /// Instead of the table: trace one read and one write (the first
+    /// size, one backup) and print each one's median steps across client,
+    /// network, master and backup (time trace), beside the measured
+    /// round trip.
+    #[arg(long)]
+    pub breakdown: bool,
+    /// Traced operations per `--breakdown` case.
+    #[arg(long, default_value_t = 2_000)]
+    pub breakdown_iters: u64,
+    /// With `--breakdown`: also print every event of the median operation.
+    #[arg(long)]
+    pub events: bool,
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -73,6 +85,16 @@ pub fn run(args: KvBenchArgs) -> anyhow::Result<()> {
         client_poll: Some(Duration::from_micros(args.client_poll_us)),
         progress: !args.json,
     };
+    if args.breakdown {
+        homa_bench::machine::MachineLoad::sample(Duration::from_millis(200)).report("kv-bench");
+        let r = bench::measure_breakdown(&spec, args.breakdown_iters.clamp(10, 3_000))?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else {
+            bench::print_breakdown(&r, args.events);
+        }
+        return Ok(());
+    }
     let report = bench::measure(&spec)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -280,3 +280,144 @@ pub fn goals(rows: &[Row]) -> Vec<(String, f64, f64)> {
     );
     out
 }
+
+/// One traced case: its steps (homa_bench::rpc_breakdown), the median of
+/// the traced operations, and of as many untraced ones just before and
+/// just after.
+#[derive(Clone, Debug, Serialize)]
+pub struct TracedCase {
+    pub breakdown: homa_bench::rpc_breakdown::Breakdown,
+    pub traced_p50_ns: f64,
+    pub untraced_p50_ns: f64,
+    pub untraced_after_p50_ns: f64,
+}
+
+/// `kv-bench --breakdown`: one read and one write with one backup, each
+/// cut into its steps across client, network, master and backup.
+#[derive(Clone, Debug, Serialize)]
+pub struct KvBreakdown {
+    pub value_bytes: usize,
+    pub read: TracedCase,
+    pub write: TracedCase,
+    pub record_cost_ns: f64,
+}
+
+/// Traces `iters` reads and `iters` writes of the first size on a store
+/// with one master and **one** backup (a write is then one outer call
+/// with one nested call: rpc-bench's nested plan applies as it is; with
+/// three backups the three nested legs overlap and no serial plan fits).
+/// The master's and the backup's serving threads carry the names the
+/// plans look for.
+pub fn measure_breakdown(b: &KvBench, iters: u64) -> anyhow::Result<KvBreakdown> {
+    use homa::timetrace;
+    use homa_bench::rpc_breakdown::{
+        compute, nested_plan, null_plan, BACKEND_THREAD, SERVER_THREAD,
+    };
+    let size = b.sizes.first().copied().unwrap_or(100);
+    let c = LocalCluster::start(ClusterSpec {
+        masters: 1,
+        backups: 1,
+        replicas: 1,
+        homa: b.homa.clone(),
+        backup_poll: b.backup_poll,
+        nested_poll: b.nested_poll,
+        thread_names: (SERVER_THREAD, BACKEND_THREAD),
+        ..ClusterSpec::default()
+    })?;
+    let mut cfg = b.homa.clone();
+    if let Some(p) = b.client_poll {
+        cfg.poll = p;
+    }
+    let kv = KvClient::with_rpc(
+        homa_rpc::Client::new(homa::Endpoint::bind_with("127.0.0.1:0", cfg)?),
+        c.coordinator(),
+    )?;
+    let keys: Vec<String> = (0..b.keys.clamp(1, 1_000))
+        .map(|i| format!("key{i:08}"))
+        .collect();
+    for (i, k) in keys.iter().enumerate() {
+        kv.put(k.as_bytes(), value(size, i as u64))?;
+    }
+    let iters = iters.max(10);
+    // The calls, each framed by the marks the plans cut the trace at.
+    let run = |write: bool| -> anyhow::Result<Histogram<u64>> {
+        let mut h = new_histogram();
+        let warm = iters / 10;
+        for i in 0..warm + iters {
+            let k = keys[i as usize % keys.len()].as_bytes();
+            if i >= warm {
+                homa::tt!("rpc-bench call {}", i);
+            }
+            let t0 = std::time::Instant::now();
+            if write {
+                kv.put(k, value(size, i))?;
+            } else {
+                anyhow::ensure!(kv.get(k)?.is_some(), "read of a loaded key");
+            }
+            let ns = t0.elapsed().as_nanos() as u64;
+            homa::tt!("rpc-bench done {}", i);
+            if i >= warm {
+                homa_bench::stats::record(&mut h, ns);
+            }
+        }
+        Ok(h)
+    };
+    let case = |write: bool| -> anyhow::Result<TracedCase> {
+        let before = run(write)?;
+        timetrace::clear();
+        timetrace::enable(true);
+        let traced = run(write);
+        timetrace::enable(false);
+        let events = timetrace::collect();
+        timetrace::clear();
+        let traced = traced?;
+        let after = run(write)?;
+        let plan = if write { nested_plan() } else { null_plan() };
+        Ok(TracedCase {
+            breakdown: compute(&events, &plan),
+            traced_p50_ns: traced.value_at_quantile(0.5) as f64,
+            untraced_p50_ns: before.value_at_quantile(0.5) as f64,
+            untraced_after_p50_ns: after.value_at_quantile(0.5) as f64,
+        })
+    };
+    let read = case(false)?;
+    let write = case(true)?;
+    drop(kv);
+    c.stop();
+    Ok(KvBreakdown {
+        value_bytes: size,
+        read,
+        write,
+        record_cost_ns: timetrace::record_cost_ns(1_000_000),
+    })
+}
+
+/// Prints a [`KvBreakdown`] (as `rpc-bench --breakdown` prints its own).
+pub fn print_breakdown(r: &KvBreakdown, events: bool) {
+    use homa_bench::rpc_breakdown::{print, print_events};
+    for (title, c) in [
+        (format!("homa-kv read, {} B", r.value_bytes), &r.read),
+        (
+            format!(
+                "homa-kv write, {} B, one backup (server = master, backend = backup)",
+                r.value_bytes
+            ),
+            &r.write,
+        ),
+    ] {
+        print(
+            &title,
+            &c.breakdown,
+            c.traced_p50_ns,
+            Some((c.untraced_p50_ns, c.untraced_after_p50_ns)),
+        );
+        if events {
+            print_events(&c.breakdown);
+        }
+        println!();
+    }
+    println!(
+        "timetrace::record_cost_ns: {:.1} ns per record",
+        r.record_cost_ns
+    );
+}

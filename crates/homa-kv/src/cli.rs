@@ -143,7 +143,7 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<()> {
             if let Some(p) = poll_us {
                 cfg.poll = Duration::from_micros(p);
             }
-            let r = start_backup(addr, coordinator, &cfg)?;
+            let r = start_backup(addr, coordinator, &cfg, "kv-backup")?;
             announce(format!("backup {}", r.addr));
             forever()
         }
@@ -153,7 +153,7 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<()> {
             cfg.replicas = a.replicas;
             cfg.replication_timeout = Duration::from_millis(a.replication_timeout_ms);
             cfg.nested_poll = a.nested_poll_us.map(Duration::from_micros);
-            let (r, rec) = start_master(a.addr, &cfg, a.threads, &Default::default())?;
+            let (r, rec) = start_master(a.addr, &cfg, a.threads, &Default::default(), "kv-master")?;
             announce(format!(
                 "master {} slot {} epoch {} recovered {} objects from {} entries in {:.1} ms, replicas {:?}",
                 r.addr,

@@ -26,6 +26,8 @@ pub struct ClusterSpec {
     /// The busy-poll time of the masters' replication endpoint, if not
     /// `homa.poll`.
     pub nested_poll: Option<Duration>,
+    /// The serving threads' names: masters', backups'.
+    pub thread_names: (&'static str, &'static str),
 }
 
 impl Default for ClusterSpec {
@@ -39,6 +41,7 @@ impl Default for ClusterSpec {
             homa: homa::EndpointConfig::default(),
             backup_poll: None,
             nested_poll: None,
+            thread_names: ("kv-master", "kv-backup"),
         }
     }
 }
@@ -110,7 +113,12 @@ impl LocalCluster {
         if let Some(p) = self.spec.backup_poll {
             cfg.poll = p;
         }
-        let b = start_backup(loopback(), self.coordinator(), &cfg)?;
+        let b = start_backup(
+            loopback(),
+            self.coordinator(),
+            &cfg,
+            self.spec.thread_names.1,
+        )?;
         self.backups.push(Some(b));
         Ok(self.backups.len() - 1)
     }
@@ -138,7 +146,13 @@ impl LocalCluster {
         cfg.replicas = self.spec.replicas;
         cfg.replication_timeout = self.spec.replication_timeout;
         cfg.nested_poll = self.spec.nested_poll;
-        let (r, rec) = start_master(loopback(), &cfg, self.spec.master_threads, &self.spec.homa)?;
+        let (r, rec) = start_master(
+            loopback(),
+            &cfg,
+            self.spec.master_threads,
+            &self.spec.homa,
+            self.spec.thread_names.0,
+        )?;
         self.masters[slot as usize] = Some(r);
         Ok(rec)
     }

@@ -37,11 +37,16 @@ impl Running {
             b = b.nested_endpoint(n);
         }
         let server = b.build();
-        let threads = (0..threads.max(1))
+        let threads = threads.max(1);
+        let threads = (0..threads)
             .map(|i| {
                 let s = server.clone();
                 std::thread::Builder::new()
-                    .name(format!("kv-{name}-{i}"))
+                    .name(if threads == 1 {
+                        name.to_string()
+                    } else {
+                        format!("{name}-{i}")
+                    })
                     .spawn(move || s.serve())
                     .expect("a serving thread")
             })
@@ -94,25 +99,21 @@ pub fn start_coordinator(
         ep,
         coord::server(Coordinator::new(slots)),
         1,
-        "coord",
+        "kv-coord",
         None,
     ))
 }
 
-/// Starts a backup on `addr` and enlists it with the coordinator.
+/// Starts a backup on `addr` and enlists it with the coordinator. Its
+/// serving thread is called `name`.
 pub fn start_backup(
     addr: SocketAddr,
     coordinator: SocketAddr,
     cfg: &EndpointConfig,
+    name: &str,
 ) -> anyhow::Result<Running> {
     let ep = Endpoint::bind_with(addr, cfg.clone())?;
-    let r = Running::start(
-        ep,
-        backup::server(BackupService::default()),
-        1,
-        "backup",
-        None,
-    );
+    let r = Running::start(ep, backup::server(BackupService::default()), 1, name, None);
     let rpc = homa_rpc::Client::new(client_endpoint(coordinator)?);
     let co = coord::Client::new(rpc.with_timeout(Duration::from_secs(1)), coordinator);
     let end = Instant::now() + Duration::from_secs(10);
@@ -128,12 +129,14 @@ pub fn start_backup(
 }
 
 /// Starts a master on `addr`: recovers its slot, serves it on `threads`
-/// threads, and tells the coordinator.
+/// threads (called `name`, or `name-i` when there are several), and tells
+/// the coordinator.
 pub fn start_master(
     addr: SocketAddr,
     cfg: &MasterConfig,
     threads: usize,
     homa: &EndpointConfig,
+    name: &str,
 ) -> anyhow::Result<(Running, Recovered)> {
     let ep = Endpoint::bind_with(addr, homa.clone())?;
     let rpc = homa_rpc::Client::new(client_endpoint(cfg.coordinator)?);
@@ -149,7 +152,7 @@ pub fn start_master(
         }
         None => None,
     };
-    let r = Running::start(ep, master::Server(m.clone()), threads, "master", nested);
+    let r = Running::start(ep, master::Server(m.clone()), threads, name, nested);
     m.announce(&rpc, r.addr)?;
     Ok((r, rec))
 }

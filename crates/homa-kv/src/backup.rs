@@ -135,6 +135,7 @@ mod tests {
             version: seq + 1,
             key: Bytes::from(format!("k{seq}")),
             value: Some(Bytes::from(vec![7u8; 100])),
+            write_id: 0,
         }
     }
 
@@ -148,7 +149,7 @@ mod tests {
         };
         s.append(a(1, 0..10)).unwrap();
         s.append(a(1, 5..20)).unwrap(); // overlaps
-        assert_eq!(s.stats().slots, vec![(3, 20, 20 * (40 + 3 + 100) - 10)]);
+        assert_eq!(s.stats().slots, vec![(3, 20, 20 * (56 + 3 + 100) - 10)]);
         let mut got = Vec::new();
         let mut after = None;
         loop {

@@ -11,6 +11,7 @@ use crate::proto::{
 use bytes::Bytes;
 use homa_rpc::{Code, Raw, Status};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,10 @@ pub enum KvError {
 #[derive(Debug)]
 pub struct KvClient {
     rpc: homa_rpc::Client,
+    /// This client's writes' ids: a random 64-bit client id, then a
+    /// counter (the same id on every retry of one write).
+    id: u64,
+    writes: AtomicU64,
     coordinator: SocketAddr,
     table: RwLock<Table>,
     attempt: Duration,
@@ -49,6 +54,8 @@ impl Clone for KvClient {
     fn clone(&self) -> KvClient {
         KvClient {
             rpc: self.rpc.clone(),
+            id: new_client_id(),
+            writes: AtomicU64::new(0),
             coordinator: self.coordinator,
             table: RwLock::new(self.table()),
             attempt: self.attempt,
@@ -69,6 +76,8 @@ impl KvClient {
     pub fn with_rpc(rpc: homa_rpc::Client, coordinator: SocketAddr) -> Result<KvClient, KvError> {
         let c = KvClient {
             rpc,
+            id: new_client_id(),
+            writes: AtomicU64::new(0),
             coordinator,
             table: RwLock::new(Table::default()),
             attempt: Duration::from_secs(2),
@@ -157,8 +166,10 @@ impl KvClient {
         })
     }
 
-    fn write(&self, req: WriteReq) -> Result<u64, KvError> {
+    fn write(&self, mut req: WriteReq) -> Result<u64, KvError> {
         check_key(&req.key)?;
+        let n = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
+        req.id = ((self.id as u128) << 64) | n as u128;
         if req.value.len() > MAX_VALUE {
             return Err(KvError::ValueTooLarge(req.value.len()));
         }
@@ -180,6 +191,7 @@ impl KvClient {
     pub fn put(&self, key: &[u8], value: impl Into<Bytes>) -> Result<u64, KvError> {
         self.write(WriteReq {
             flags: 0,
+            id: 0,
             expected: 0,
             key: Bytes::copy_from_slice(key),
             value: value.into(),
@@ -196,6 +208,7 @@ impl KvClient {
     ) -> Result<u64, KvError> {
         self.write(WriteReq {
             flags: W_CONDITIONAL,
+            id: 0,
             expected,
             key: Bytes::copy_from_slice(key),
             value: value.into(),
@@ -206,6 +219,7 @@ impl KvClient {
     pub fn delete(&self, key: &[u8]) -> Result<(), KvError> {
         self.write(WriteReq {
             flags: W_DELETE,
+            id: 0,
             expected: 0,
             key: Bytes::copy_from_slice(key),
             value: Bytes::new(),
@@ -271,6 +285,16 @@ impl KvClient {
             std::thread::sleep(backoff);
             backoff = (backoff * 2).min(Duration::from_millis(50));
             let _ = self.refresh();
+        }
+    }
+}
+
+/// A random nonzero client id.
+fn new_client_id() -> u64 {
+    loop {
+        let id: u64 = rand::random();
+        if id != 0 {
+            return id;
         }
     }
 }

@@ -6,7 +6,11 @@
 
 use crate::proto::{Entry, Versioned};
 use bytes::Bytes;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// How many applied writes' ids a master remembers (the newest): a retry
+/// of an older one would be applied again.
+pub const REMEMBERED_WRITES: usize = 100_000;
 
 /// The log and its index.
 #[derive(Debug, Default)]
@@ -20,6 +24,10 @@ pub struct Log {
     /// The next version to hand out (versions grow across all keys).
     next_version: u64,
     bytes: u64,
+    /// Applied writes' ids → their versions (at most
+    /// [`REMEMBERED_WRITES`], oldest forgotten first).
+    done: HashMap<u128, u64>,
+    done_order: VecDeque<u128>,
 }
 
 impl Log {
@@ -44,8 +52,14 @@ impl Log {
             found.into_iter().map(|e| ((e.epoch, e.seq), e)).collect();
         let mut newest: HashMap<Bytes, Entry> = HashMap::new();
         let mut max_version = 0;
+        // Every found write's id, superseded ones too: a client may still
+        // be retrying any of them.
+        let mut ids = Vec::new();
         for (_, e) in ordered {
             max_version = max_version.max(e.version);
+            if e.write_id != 0 {
+                ids.push((e.write_id, e.version));
+            }
             newest.insert(e.key.clone(), e);
         }
         let mut keep: Vec<Entry> = newest.into_values().collect();
@@ -53,9 +67,32 @@ impl Log {
         let mut log = Log::new(epoch);
         log.next_version = max_version + 1;
         for e in keep {
-            log.push(e.key, e.value, e.version);
+            log.push(e.key, e.value, e.version, e.write_id);
+        }
+        for (id, v) in ids {
+            log.remember(id, v);
         }
         log
+    }
+
+    fn remember(&mut self, id: u128, version: u64) {
+        if id == 0 || self.done.insert(id, version).is_some() {
+            return;
+        }
+        self.done_order.push_back(id);
+        if self.done_order.len() > REMEMBERED_WRITES {
+            if let Some(old) = self.done_order.pop_front() {
+                self.done.remove(&old);
+            }
+        }
+    }
+
+    /// The version an applied write of id `id` got, if it is remembered.
+    pub fn done(&self, id: u128) -> Option<u64> {
+        if id == 0 {
+            return None;
+        }
+        self.done.get(&id).copied()
     }
 
     pub fn epoch(&self) -> u64 {
@@ -123,12 +160,12 @@ impl Log {
 
     /// Appends a write (`Some`) or delete (`None`) of `key` with a new
     /// version; returns the entry. Not visible until applied.
-    pub fn append(&mut self, key: Bytes, value: Option<Bytes>) -> Entry {
+    pub fn append(&mut self, key: Bytes, value: Option<Bytes>, write_id: u128) -> Entry {
         let v = self.next_version;
-        self.push(key, value, v)
+        self.push(key, value, v, write_id)
     }
 
-    fn push(&mut self, key: Bytes, value: Option<Bytes>, version: u64) -> Entry {
+    fn push(&mut self, key: Bytes, value: Option<Bytes>, version: u64, write_id: u128) -> Entry {
         self.next_version = self.next_version.max(version + 1);
         self.bytes += (key.len() + value.as_ref().map_or(0, |v| v.len())) as u64;
         let e = Entry {
@@ -137,6 +174,7 @@ impl Log {
             version,
             key,
             value,
+            write_id,
         };
         self.entries.push(e.clone());
         e
@@ -146,6 +184,8 @@ impl Log {
     pub fn apply_all(&mut self) {
         for i in self.applied..self.entries.len() {
             self.index.insert(self.entries[i].key.clone(), i);
+            let (id, v) = (self.entries[i].write_id, self.entries[i].version);
+            self.remember(id, v);
         }
         self.applied = self.entries.len();
     }
@@ -162,18 +202,22 @@ mod tests {
     #[test]
     fn entries_are_visible_once_applied() {
         let mut log = Log::new(1);
-        let e = log.append(b("k"), Some(b("v1")));
+        let e = log.append(b("k"), Some(b("v1")), 7);
         assert_eq!((e.epoch, e.seq, e.version), (1, 0, 1));
         assert_eq!(log.get(b"k"), None);
         assert_eq!(log.current_version(b"k"), 1);
         log.apply_all();
         assert_eq!(log.get(b"k").unwrap().value, b("v1"));
-        let e2 = log.append(b("k"), Some(b("v2")));
+        assert_eq!(
+            (log.done(7), log.done(8), log.done(0)),
+            (Some(1), None, None)
+        );
+        let e2 = log.append(b("k"), Some(b("v2")), 8);
         assert_eq!(e2.version, 2);
         assert_eq!(log.get(b"k").unwrap().version, 1);
         log.apply_all();
         assert_eq!(log.get(b"k").unwrap().value, b("v2"));
-        log.append(b("k"), None);
+        log.append(b("k"), None, 0);
         log.apply_all();
         assert_eq!(log.get(b"k"), None);
         assert_eq!(log.current_version(b"k"), 0);
@@ -183,10 +227,10 @@ mod tests {
     #[test]
     fn recovery_keeps_the_newest_entry_of_each_key() {
         let mut a = Log::new(1);
-        a.append(b("x"), Some(b("x1")));
-        a.append(b("y"), Some(b("y1")));
-        a.append(b("x"), Some(b("x2")));
-        a.append(b("y"), None);
+        a.append(b("x"), Some(b("x1")), 11);
+        a.append(b("y"), Some(b("y1")), 12);
+        a.append(b("x"), Some(b("x2")), 13);
+        a.append(b("y"), None, 14);
         // Backups hold overlapping pieces, in any order.
         let mut found: Vec<Entry> = a.entries().to_vec();
         found.extend(a.entries()[1..3].iter().cloned());
@@ -203,8 +247,13 @@ mod tests {
             }
         );
         assert_eq!(r.get(b"y"), None);
+        // Every found write is remembered, superseded ones too.
+        assert_eq!(
+            (r.done(11), r.done(13), r.done(14)),
+            (Some(1), Some(3), Some(4))
+        );
         // New versions continue above every recovered one.
-        assert_eq!(r.append(b("z"), Some(b("z"))).version, 5);
+        assert_eq!(r.append(b("z"), Some(b("z")), 0).version, 5);
         // A later incarnation wins over an earlier one at any seq.
         let mut found = r.entries().to_vec();
         found.push(Entry {
@@ -213,6 +262,7 @@ mod tests {
             version: 1,
             key: b("x"),
             value: Some(b("stale")),
+            write_id: 0,
         });
         let mut r2 = Log::recovered(3, found);
         r2.apply_all();

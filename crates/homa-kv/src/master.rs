@@ -352,6 +352,10 @@ impl master::Service for Master {
         if !w.synced {
             self.resync(&rpc, &mut w)?;
         }
+        // A retry of a write that was applied: its version, once.
+        if let Some(v) = self.read_log().done(req.id) {
+            return Ok(v);
+        }
         let current = self.read_log().current_version(&req.key);
         if req.flags & W_CONDITIONAL != 0 && current != req.expected {
             return Err(Status::new(
@@ -364,7 +368,7 @@ impl master::Service for Master {
             return Ok(0);
         }
         let value = (!delete).then_some(req.value);
-        let e = self.write_log().append(req.key, value);
+        let e = self.write_log().append(req.key, value, req.id);
         let version = e.version;
         match self.replicate(&rpc, &mut w, vec![e]) {
             Ok(()) => {

@@ -30,12 +30,16 @@ pub struct Entry {
     pub key: Bytes,
     /// `None`: a delete (tombstone).
     pub value: Option<Bytes>,
+    /// The client's id of the write (0: none): a retry of a write that
+    /// was applied is answered with this entry's version, not applied
+    /// again.
+    pub write_id: u128,
 }
 
 impl Entry {
     /// Bytes it takes in a message, roughly (for chunking).
     pub fn wire_len(&self) -> usize {
-        40 + self.key.len() + self.value.as_ref().map_or(0, |v| v.len())
+        56 + self.key.len() + self.value.as_ref().map_or(0, |v| v.len())
     }
 }
 
@@ -162,23 +166,26 @@ homa_rpc::service! {
 pub const W_CONDITIONAL: u8 = 1;
 pub const W_DELETE: u8 = 2;
 
-/// A write request (`master/write`'s raw body): flags (u8), expected
-/// version (u64 LE; with [`W_CONDITIONAL`], 0 = must not exist), key
-/// length (u16 LE), key, value.
+/// A write request (`master/write`'s raw body): flags (u8), write id
+/// (u128 LE, unique per client write, the same on every retry; 0: none),
+/// expected version (u64 LE; with [`W_CONDITIONAL`], 0 = must not exist),
+/// key length (u16 LE), key, value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteReq {
     pub flags: u8,
+    pub id: u128,
     pub expected: u64,
     pub key: Bytes,
     pub value: Bytes,
 }
 
-const WRITE_HEADER: usize = 11;
+const WRITE_HEADER: usize = 27;
 
 impl WriteReq {
     pub fn encode(&self) -> Bytes {
         let mut b = Vec::with_capacity(WRITE_HEADER + self.key.len() + self.value.len());
         b.put_u8(self.flags);
+        b.put_u128_le(self.id);
         b.put_u64_le(self.expected);
         b.put_u16_le(self.key.len() as u16);
         b.extend_from_slice(&self.key);
@@ -196,6 +203,7 @@ impl WriteReq {
         }
         let mut hb = &h[..];
         let flags = hb.get_u8();
+        let id = hb.get_u128_le();
         let expected = hb.get_u64_le();
         let klen = hb.get_u16_le() as usize;
         if m.len() < WRITE_HEADER + klen {
@@ -206,6 +214,7 @@ impl WriteReq {
         let value = Bytes::copy_from_slice(&all[WRITE_HEADER + klen..]);
         Ok(WriteReq {
             flags,
+            id,
             expected,
             key,
             value,
@@ -285,6 +294,7 @@ mod tests {
             version: u64::MAX,
             key: Bytes::from(vec![1; MAX_KEY]),
             value: Some(Bytes::from(vec![2; MAX_VALUE])),
+            write_id: u128::MAX,
         };
         let a = Append {
             slot: u32::MAX,

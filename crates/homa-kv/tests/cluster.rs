@@ -268,3 +268,35 @@ fn concurrent_history_with_failures_is_linearizable() {
     assert!(acked > 20, "only {acked} acknowledged writes");
     check(&h).unwrap();
 }
+
+#[test]
+fn a_retried_write_is_applied_once_even_across_a_recovery() {
+    use homa_kv::proto::{master, WriteReq};
+    use homa_rpc::Raw;
+    let mut c = cluster(1, 3);
+    let rpc = homa_rpc::Client::new(homa::Endpoint::bind("127.0.0.1:0").unwrap())
+        .with_timeout(Duration::from_secs(2));
+    let send = |c: &LocalCluster, req: &WriteReq| {
+        rpc.call::<Raw, u64>(c.masters()[0].unwrap(), master::ids::write, &req.encode())
+    };
+    let req = |id: u128, value: &'static str| WriteReq {
+        flags: 0,
+        id,
+        expected: 0,
+        key: Bytes::from_static(b"k"),
+        value: Bytes::from_static(value.as_bytes()),
+    };
+    let first = send(&c, &req(42, "a")).unwrap();
+    let other = send(&c, &req(43, "b")).unwrap();
+    // The retry of write 42 (its answer was "lost") changes nothing.
+    assert_eq!(send(&c, &req(42, "a")).unwrap(), first);
+    let kv = c.client().unwrap();
+    assert_eq!(kv.get(b"k").unwrap().unwrap().version, other);
+    let b0 = c.backups()[0].unwrap();
+    assert_eq!(entries_of(b0, 0), 2);
+    // Nor after a recovery, although write 42 was superseded.
+    c.restart_master(0).unwrap();
+    assert_eq!(send(&c, &req(42, "a")).unwrap(), first);
+    assert_eq!(send(&c, &req(43, "b")).unwrap(), other);
+    assert_eq!(kv.get(b"k").unwrap().unwrap().value, &b"b"[..]);
+}

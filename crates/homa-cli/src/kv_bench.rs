@@ -47,6 +47,11 @@ pub struct KvBenchArgs {
     /// comma-separated (what each replica adds; 0 = no replication).
     #[arg(long, default_value = "0,1", value_delimiter = ',')]
     pub write_replicas: Vec<usize>,
+    /// Also open-loop rows at this many operations per second (Poisson
+    /// arrivals, 100 B reads and writes, 4 client threads; latency from
+    /// each operation's scheduled start); 0: closed loop only.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
     /// Leave Redis out.
     #[arg(long)]
     pub no_redis: bool,
@@ -78,6 +83,7 @@ pub fn run(args: KvBenchArgs) -> anyhow::Result<()> {
         keys: args.keys.max(1),
         max_per_row: Duration::from_secs_f64(args.max_row_secs.clamp(0.1, 600.0)),
         redis: !args.no_redis,
+        rate: args.rate.max(0.0),
         write_replicas: args.write_replicas.clone(),
         homa: args.homa.config_with_link(homa_bench::LOOPBACK_GBPS)?,
         backup_poll: Some(Duration::from_micros(args.backup_poll_us)),
@@ -108,6 +114,12 @@ pub fn run(args: KvBenchArgs) -> anyhow::Result<()> {
         println!(
             "{:<10} {:<6} {:>8} {:>3} {:>9.2} {:>9.2}",
             r.system, r.op, r.value_bytes, r.replicas, r.p50_us, r.p99_us
+        );
+    }
+    for r in &report.open_loop {
+        println!(
+            "open loop {:.0}/s: {:<8} {:<6} {:>5} B R={} ({} ops): p50 {:.2} us, p99 {:.2} us",
+            r.rate_per_s, r.system, r.op, r.value_bytes, r.replicas, r.ops, r.p50_us, r.p99_us
         );
     }
     for (what, ratio, limit) in bench::goals(&report.rows) {

@@ -29,6 +29,9 @@ pub struct KvBench {
     pub keys: usize,
     /// Longest a single row may run (then it stops early).
     pub max_per_row: Duration,
+    /// Open-loop rows at this many operations per second (Poisson
+    /// arrivals, 100 B, homa-kv and Redis, reads and writes); 0: none.
+    pub rate: f64,
     /// Measure Redis too.
     pub redis: bool,
     /// Extra rows: 100 B writes with these other numbers of backups (each
@@ -69,6 +72,95 @@ pub struct Report {
     /// use the common setting (`--poll-us`).
     pub homa_kv_poll_us: [u64; 3],
     pub rows: Vec<Row>,
+    /// Open-loop rows (`rate` > 0).
+    pub open_loop: Vec<OpenRow>,
+}
+
+/// One open-loop row: latency from each operation's scheduled start.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct OpenRow {
+    pub system: String,
+    pub op: String,
+    pub value_bytes: usize,
+    pub replicas: usize,
+    /// The target rate (operations per second, Poisson arrivals).
+    pub rate_per_s: f64,
+    /// Operations issued.
+    pub ops: u64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+/// Threads that issue the open-loop operations (each its own client).
+const OPEN_WORKERS: usize = 4;
+
+/// `count` operations at Poisson arrivals of `rate` per second, issued by
+/// [`OPEN_WORKERS`] threads (each with its own `op`, made by `make`);
+/// an operation issued late (every worker was busy) is timed from its
+/// scheduled start, so the wait for a worker counts (no coordinated
+/// omission); one issued on time is timed from when its worker woke.
+pub fn open_loop<F>(
+    rate: f64,
+    count: u64,
+    make: impl Fn() -> anyhow::Result<F> + Sync,
+) -> anyhow::Result<Histogram<u64>>
+where
+    F: FnMut(&mut rand::rngs::ThreadRng) -> anyhow::Result<()>,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let mut rng = rand::thread_rng();
+    let mut at = 0.0f64;
+    let offsets: Vec<Duration> = (0..count)
+        .map(|_| {
+            let u: f64 = rng.gen_range(f64::EPSILON..1.0);
+            at += -u.ln() / rate.max(1.0);
+            Duration::from_secs_f64(at)
+        })
+        .collect();
+    let next = AtomicUsize::new(0);
+    let t0 = std::time::Instant::now() + Duration::from_millis(20);
+    let hists: Vec<anyhow::Result<Histogram<u64>>> = std::thread::scope(|s| {
+        let jobs: Vec<_> = (0..OPEN_WORKERS)
+            .map(|_| {
+                s.spawn(|| -> anyhow::Result<Histogram<u64>> {
+                    let mut op = make()?;
+                    let mut rng = rand::thread_rng();
+                    let mut h = new_histogram();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(off) = offsets.get(i) else {
+                            return Ok(h);
+                        };
+                        let due = t0 + *off;
+                        let now = std::time::Instant::now();
+                        // Behind schedule: timed from when it was due (the
+                        // wait for a worker counts). Ahead: from when the
+                        // sleep ends (its overshoot is the generator's,
+                        // not the system's).
+                        let from = if due > now {
+                            std::thread::sleep(due - now);
+                            std::time::Instant::now()
+                        } else {
+                            due
+                        };
+                        op(&mut rng)?;
+                        homa_bench::stats::record(&mut h, from.elapsed().as_nanos() as u64);
+                    }
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|j| {
+                j.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a worker panicked")))
+            })
+            .collect()
+    });
+    let mut all = new_histogram();
+    for h in hists {
+        all.add(h?)?;
+    }
+    Ok(all)
 }
 
 fn us(h: &Histogram<u64>, q: f64) -> f64 {
@@ -206,6 +298,82 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
             row("redis", "write", r, &h.set);
         }
     }
+    let mut open = Vec::new();
+    if b.rate > 0.0 {
+        let count =
+            ((b.rate * b.max_per_row.as_secs_f64().min(5.0)) as u64).clamp(100, b.iters.max(100));
+        say(
+            b.progress,
+            &format!("open loop: {count} operations at {} per second", b.rate),
+        );
+        let (cluster, kv) = start(r)?;
+        for k in &keys {
+            tag += 1;
+            kv.put(k.as_bytes(), value(100, tag))?;
+        }
+        let client = || -> anyhow::Result<KvClient> {
+            let ep = homa::Endpoint::bind_with("127.0.0.1:0", b.homa.clone())?;
+            Ok(KvClient::with_rpc(
+                homa_rpc::Client::new(ep),
+                cluster.coordinator(),
+            )?)
+        };
+        let mut add = |system: &str, op: &str, h: Histogram<u64>| {
+            open.push(OpenRow {
+                system: system.into(),
+                op: op.into(),
+                value_bytes: 100,
+                replicas: r,
+                rate_per_s: b.rate,
+                ops: h.len(),
+                p50_us: us(&h, 0.5),
+                p99_us: us(&h, 0.99),
+            })
+        };
+        let keys = &keys;
+        let h = open_loop(b.rate, count, || {
+            let kv = client()?;
+            Ok(move |rng: &mut rand::rngs::ThreadRng| {
+                let k = &keys[rng.gen_range(0..keys.len())];
+                anyhow::ensure!(kv.get(k.as_bytes())?.is_some(), "read of {k}");
+                Ok(())
+            })
+        })?;
+        add("homa-kv", "read", h);
+        let h = open_loop(b.rate, count, || {
+            let kv = client()?;
+            Ok(move |rng: &mut rand::rngs::ThreadRng| {
+                let k = &keys[rng.gen_range(0..keys.len())];
+                kv.put(k.as_bytes(), value(100, rng.gen()))?;
+                Ok(())
+            })
+        })?;
+        add("homa-kv", "write", h);
+        drop(kv);
+        cluster.stop();
+        if let Some(rc) = &redis {
+            rc.load(keys, 100)?;
+            let h = open_loop(b.rate, count, || {
+                let mut con = rc.connection()?;
+                Ok(move |rng: &mut rand::rngs::ThreadRng| {
+                    let k = &keys[rng.gen_range(0..keys.len())];
+                    let v: Option<Vec<u8>> = redis::cmd("GET").arg(k).query(&mut con)?;
+                    anyhow::ensure!(v.is_some(), "redis GET of {k}");
+                    Ok(())
+                })
+            })?;
+            add("redis", "read", h);
+            let h = open_loop(b.rate, count, || {
+                let mut con = rc.connection()?;
+                let v = vec![b'w'; 100];
+                Ok(move |rng: &mut rand::rngs::ThreadRng| {
+                    let k = &keys[rng.gen_range(0..keys.len())];
+                    crate::redis_bench::set_wait(&mut con, k, &v, r)
+                })
+            })?;
+            add("redis", "write", h);
+        }
+    }
     drop(redis);
     for &r2 in &b.write_replicas {
         say(b.progress, &format!("100 B writes with {r2} backups"));
@@ -239,6 +407,7 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
     Ok(Report {
         machine: load.describe(),
         warning: load.warning(),
+        open_loop: open,
         homa_kv_poll_us: [b.client_poll, b.backup_poll, b.nested_poll]
             .map(|p| p.unwrap_or(b.homa.poll).as_micros() as u64),
         rows,

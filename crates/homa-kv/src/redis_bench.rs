@@ -132,19 +132,29 @@ impl RedisCluster {
         let r = self.replicas;
         timed(count, warmup, max, |rng| {
             let k = &keys[rng.gen_range(0..keys.len())];
-            redis::cmd("SET").arg(k).arg(&v).exec(&mut c)?;
-            // WAIT returns at its timeout with fewer replicas; waiting
-            // again waits for the same write, so the time counted is until
-            // all R have it (or the run fails after 5 s).
-            for _ in 0..5 {
-                let acked: i64 = redis::cmd("WAIT").arg(r).arg(1000).query(&mut c)?;
-                if acked as usize >= r {
-                    return Ok(());
-                }
-            }
-            anyhow::bail!("WAIT: fewer than {r} replicas after 5 s")
+            set_wait(&mut c, k, &v, r)
         })
     }
+
+    /// A connection to the primary.
+    pub fn connection(&self) -> anyhow::Result<redis::Connection> {
+        Ok(connect(self.port)?)
+    }
+}
+
+/// SET `k` then `WAIT r`: returns once `r` replicas have the write.
+pub fn set_wait(c: &mut redis::Connection, k: &str, v: &[u8], r: usize) -> anyhow::Result<()> {
+    redis::cmd("SET").arg(k).arg(v).exec(c)?;
+    // WAIT returns at its timeout with fewer replicas; waiting again waits
+    // for the same write, so the time counted is until all R have it (or
+    // the run fails after 5 s).
+    for _ in 0..5 {
+        let acked: i64 = redis::cmd("WAIT").arg(r).arg(1000).query(c)?;
+        if acked as usize >= r {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("WAIT: fewer than {r} replicas after 5 s")
 }
 
 impl Drop for RedisCluster {

@@ -101,9 +101,6 @@ impl Client {
         Q::encode(req, &mut out)?;
         homa::tt!("rpc request encoded {}", out.len());
         let rpc = self.ep.send_request(addr, out)?;
-        if yield_after_send() {
-            std::thread::yield_now();
-        }
         Ok(Call {
             rpc: Some(rpc),
             notice: None,
@@ -194,16 +191,6 @@ impl<R> Drop for Call<R> {
             let _ = self.ep.send_request(self.addr, out);
         }
     }
-}
-
-/// Whether `HOMA_RPC_YIELD_AFTER_SEND` is set (read once): an experiment
-/// of docs/rpc.md ("Breakdown"). A request's datagram wakes a sleeping
-/// receiver on loopback, and the scheduler tends to queue it on the
-/// sender's CPU, where it waits until the sender's busy poll (50 µs)
-/// ends; yielding once after the send lets it run at once.
-fn yield_after_send() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("HOMA_RPC_YIELD_AFTER_SEND").is_some())
 }
 
 /// Without a deadline of ours, the transport's timeout means the server

@@ -6,7 +6,7 @@ use crate::wire;
 use bytes::Bytes;
 use homa::AsyncEndpoint;
 use std::collections::HashSet;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -114,10 +114,23 @@ where
                 .map_err(|e| Status::from_error(e.into()))?;
             let path = parts.uri.path();
             let msg = wire::encode_request(path, &parts.headers, &body.data);
-            let reply = match wire::grpc_timeout(&parts.headers) {
-                Some(d) => ep.call_timeout(peer, msg, d + CLIENT_DEADLINE_GRACE).await,
-                None => ep.call(peer, msg).await,
+            let pending = ep.send_request(peer, msg).map_err(homa_status)?;
+            // Dropped before the response (the caller gave up on the
+            // call): the server is told, and drops the handler.
+            let mut notice = CancelNotice {
+                ep: ep.clone(),
+                peer,
+                id: Some(pending.id()),
             };
+            let fut = pending.into_future();
+            let reply = match wire::grpc_timeout(&parts.headers) {
+                Some(d) => tokio::time::timeout(d + CLIENT_DEADLINE_GRACE, fut)
+                    .await
+                    .unwrap_or(Err(homa::Error::Timeout)),
+                None => fut.await,
+            };
+            // Answered, failed or timed out: the server knows or will.
+            notice.id = None;
             let reply = reply.map_err(homa_status)?;
             let r = wire::decode_response(reply.into_bytes())
                 .map_err(|e| Status::internal(e.to_string()))?;
@@ -126,6 +139,22 @@ where
             *resp.headers_mut() = r.headers;
             Ok(resp)
         })
+    }
+}
+
+/// Sends the server a cancel notice for RPC `id` when dropped with one
+/// (fire and forget: the notice's own response is not waited for).
+struct CancelNotice {
+    ep: AsyncEndpoint,
+    peer: SocketAddr,
+    id: Option<homa::RpcId>,
+}
+
+impl Drop for CancelNotice {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let _ = self.ep.send_request(self.peer, wire::encode_cancel(id.0));
+        }
     }
 }
 

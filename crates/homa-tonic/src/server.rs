@@ -21,6 +21,13 @@ use tower_service::Service;
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Unary calls running in tasks of their own, by (client, RPC id).
+type Running =
+    Arc<std::sync::Mutex<HashMap<(std::net::SocketAddr, u64), tokio::task::AbortHandle>>>;
+
+/// The length of a cancel notice (`wire::encode_cancel`).
+const CANCEL_LEN: usize = 9;
+
 /// Serves `service` on `ep` until the endpoint shuts down (then returns).
 ///
 /// Each request is decoded and handed to the service at once, in this
@@ -42,14 +49,45 @@ where
     // Streaming calls come on streams, served by tasks of their own.
     let streams = tokio::spawn(crate::streaming::accept_loop(ep.clone(), service.clone()));
     let mut requests = ep.requests();
+    // Calls that went on in a task, by (client, RPC id), for the client's
+    // cancel notices. Registered before the next request is read, so a
+    // notice never comes before its call.
+    let running: Running = Arc::new(std::sync::Mutex::new(HashMap::new()));
     while let Some(req) = requests.next().await {
         let (msg, responder) = req.into_parts();
+        let key = (responder.peer(), responder.id().0);
+        if msg.len() == CANCEL_LEN {
+            let mut notice = [0u8; CANCEL_LEN];
+            msg.copy_to(0, &mut notice);
+            if let Some(id) = wire::decode_cancel(&notice) {
+                let task = running
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&(key.0, id));
+                if let Some(task) = task {
+                    // Dropping the handler's future drops the call's
+                    // responder unanswered: the engine frees the RPC.
+                    task.abort();
+                }
+                let _ = responder.reply(Vec::new());
+                continue;
+            }
+        }
         let mut call = Box::pin(handle(service.clone(), msg, responder));
         if std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx)))
             .await
             .is_pending()
         {
-            tokio::spawn(call);
+            let done = running.clone();
+            // Held while the task is spawned and registered: its own
+            // removal, when it ends, waits for the registration.
+            let mut m = running.lock().unwrap_or_else(|p| p.into_inner());
+            let task = tokio::spawn(async move {
+                call.await;
+                done.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+            });
+            m.insert(key, task.abort_handle());
+            drop(m);
         }
     }
     streams.abort();

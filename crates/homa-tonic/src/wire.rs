@@ -9,6 +9,27 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 pub const REQUEST_V1: u8 = 0x01;
 /// First byte of a response.
 pub const RESPONSE_V1: u8 = 0x81;
+/// First byte of a cancel notice: the client abandoned the unary call
+/// whose Homa RPC id follows (8 bytes, little-endian), as gRPC's
+/// `RST_STREAM` tells an HTTP/2 server.
+pub const CANCEL_V1: u8 = 0x02;
+
+/// Encodes a cancel notice for the client's RPC `id`.
+pub fn encode_cancel(id: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9);
+    out.push(CANCEL_V1);
+    out.extend_from_slice(&id.to_le_bytes());
+    out
+}
+
+/// The RPC id of a cancel notice; `None` for any other message (a
+/// request, or a notice of the wrong length).
+pub fn decode_cancel(msg: &[u8]) -> Option<u64> {
+    match msg {
+        [CANCEL_V1, id @ ..] => Some(u64::from_le_bytes(id.try_into().ok()?)),
+        _ => None,
+    }
+}
 
 /// The content type every gRPC message carries; left out of the encoding
 /// and put back on the other side when absent.
@@ -298,6 +319,22 @@ pub fn grpc_timeout(headers: &HeaderMap) -> Option<std::time::Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cancel_notices_round_trip_and_nothing_else_is_one() {
+        for id in [0, 1, u64::MAX, 0x0102_0304_0506_0708] {
+            assert_eq!(decode_cancel(&encode_cancel(id)), Some(id));
+        }
+        let mut short = encode_cancel(7);
+        short.pop();
+        assert_eq!(decode_cancel(&short), None);
+        let mut long = encode_cancel(7);
+        long.push(0);
+        assert_eq!(decode_cancel(&long), None);
+        assert_eq!(decode_cancel(&[]), None);
+        let req = encode_request("/a.B/C", &HeaderMap::new(), b"x");
+        assert_eq!(decode_cancel(&req), None);
+    }
 
     #[test]
     fn request_round_trip() {

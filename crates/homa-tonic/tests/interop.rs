@@ -27,6 +27,17 @@ use routeguide::{Feature, Point, Rectangle, RouteNote, RouteSummary};
 #[derive(Default)]
 struct MyGreeter;
 
+/// "hold" handlers dropped before their end (cancelled).
+static HOLDS_DROPPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+struct CountOnDrop(&'static std::sync::atomic::AtomicUsize);
+
+impl Drop for CountOnDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 #[tonic::async_trait]
 impl Greeter for MyGreeter {
     async fn say_hello(
@@ -44,6 +55,12 @@ impl Greeter for MyGreeter {
             "" => return Err(Status::invalid_argument("name must not be empty")),
             "panic" => panic!("the greeter was asked to panic"),
             "slow" => tokio::time::sleep(Duration::from_secs(5)).await,
+            "hold" => {
+                // Counted when the future is dropped before its end.
+                let _dropped = CountOnDrop(&HOLDS_DROPPED);
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                std::mem::forget(_dropped);
+            }
             "wait" => tokio::time::sleep(Duration::from_millis(20)).await,
             _ => {}
         }
@@ -384,6 +401,27 @@ async fn cancelled_call_leaves_the_server_serving() {
     // reply (if it ever comes) is dropped by the server's endpoint.
     let dropped = tokio::time::timeout(Duration::from_millis(50), hello(&mut client, "slow")).await;
     assert!(dropped.is_err());
+    assert_eq!(hello(&mut client, "next").await.unwrap(), "Hello next!");
+}
+
+/// A unary call the client drops is cancelled on the server too: the
+/// handler's future is dropped at once, not after its 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_unary_call_cancels_its_handler() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (channel, _server) = start();
+    let mut client = GreeterClient::new(channel);
+    let before = HOLDS_DROPPED.load(SeqCst);
+    let dropped = tokio::time::timeout(Duration::from_millis(50), hello(&mut client, "hold")).await;
+    assert!(dropped.is_err());
+    let t = std::time::Instant::now();
+    while HOLDS_DROPPED.load(SeqCst) == before {
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "the handler still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(hello(&mut client, "next").await.unwrap(), "Hello next!");
 }
 

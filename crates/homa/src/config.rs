@@ -63,6 +63,15 @@ pub struct EndpointConfig {
     /// spinning. Zero never spins: a task that waits gives its executor
     /// thread back at once (docs/runtime.md).
     pub async_poll: Duration,
+    /// Whether a busy-polling thread yields its CPU (`sched_yield`) right
+    /// after it sent packets and every [`POLL_YIELD_EVERY`] of polling, so
+    /// that a thread woken on its CPU (a receiver its send woke on
+    /// loopback, or any thread when more threads poll than there are
+    /// cores) runs within microseconds instead of after the poll period.
+    /// Costs ~0.5 µs per yield when nobody else wants the CPU. Default:
+    /// `true`; off only for measuring what it changes (docs/runtime.md,
+    /// "Polling politely").
+    pub poll_yield: bool,
     /// DSCP value (0..=63) written into packets of each engine priority level
     /// (index 7 is the highest level). The default uses the class selectors
     /// CS0..CS7, which a `prio` qdisc or a switch can map to queues.
@@ -141,6 +150,12 @@ impl From<usize> for Mtu {
 /// The MTU [`Mtu::Interface`] uses where it finds no interface.
 pub const FALLBACK_MTU: usize = 1500;
 
+/// How often a busy-polling thread yields its CPU
+/// ([`EndpointConfig::poll_yield`]). A woken thread queued behind a poller
+/// waits at most about this long; the poller spends ~0.5 µs per yield, ~10%
+/// of its polling, when nobody else wants the CPU.
+pub const POLL_YIELD_EVERY: std::time::Duration = std::time::Duration::from_micros(5);
+
 /// Builds an [`EndpointConfig`] and binds endpoints with it. Every setter
 /// names its default; settings not set keep it. A builder can bind any
 /// number of endpoints.
@@ -218,6 +233,12 @@ impl EndpointBuilder {
     /// ([`EndpointConfig::async_poll`]). Default: 50 µs; zero never spins.
     pub fn async_poll(mut self, poll: Duration) -> EndpointBuilder {
         self.cfg.async_poll = poll;
+        self
+    }
+    /// Let busy-polling threads yield their CPU after a send and every
+    /// [`POLL_YIELD_EVERY`] ([`EndpointConfig::poll_yield`]). Default: `true`.
+    pub fn poll_yield(mut self, on: bool) -> EndpointBuilder {
+        self.cfg.poll_yield = on;
         self
     }
     /// DSCP value (0..=63) per engine priority level, index 7 the highest
@@ -355,6 +376,7 @@ impl Default for EndpointConfig {
             mtu: Mtu::Interface,
             poll: Duration::from_micros(50),
             async_poll: Duration::from_micros(50),
+            poll_yield: true,
             dscp: [0, 8, 16, 24, 32, 40, 48, 56],
             gso: true,
             gro: true,

@@ -825,7 +825,15 @@ impl Shared {
         }
     }
 
-    pub(crate) fn transmit(&self, d: &mut Driver, mut now: u64) {
+    pub(crate) fn transmit(&self, d: &mut Driver, now: u64) {
+        let before = d.stats.packets_sent;
+        self.transmit_inner(d, now);
+        if d.stats.packets_sent != before {
+            crate::handoff::note_sent();
+        }
+    }
+
+    fn transmit_inner(&self, d: &mut Driver, mut now: u64) {
         let Driver {
             engine,
             tx,

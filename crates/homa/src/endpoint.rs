@@ -47,6 +47,14 @@ pub struct RuntimeStats {
     pub doorbell_rings: u64,
     /// Times the background thread ran the engine.
     pub background_drives: u64,
+    /// CPU yields of busy-polling threads, after a send or every
+    /// [`POLL_YIELD_EVERY`](crate::POLL_YIELD_EVERY) of polling
+    /// ([`EndpointConfig::poll_yield`](crate::EndpointConfig::poll_yield)).
+    pub poll_yields: u64,
+    /// Times a polling thread moved itself to another CPU because its
+    /// yields kept letting another thread run (the CPU was shared; see
+    /// [`EndpointConfig::poll_yield`](crate::EndpointConfig::poll_yield)).
+    pub poll_shared_cpu: u64,
 }
 
 /// An open Homa endpoint: one UDP socket and its protocol state. Cheap to
@@ -454,6 +462,8 @@ impl Endpoint {
             slept: c.slept.load(Relaxed),
             doorbell_rings: c.rings.load(Relaxed),
             background_drives: c.bg_drives.load(Relaxed),
+            poll_yields: c.poll_yields.load(Relaxed),
+            poll_shared_cpu: c.poll_shared_cpu.load(Relaxed),
         }
     }
 

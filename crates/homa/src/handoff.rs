@@ -43,6 +43,54 @@ const APP_IDLE_NS: u64 = 1_000_000;
 /// Poll rounds that find the engine lock taken before a poller yields its
 /// CPU (~10 µs of failed rounds: passes hold the lock for a few µs).
 const LOCK_SPINS_BEFORE_YIELD: u32 = 64;
+const POLL_YIELD_EVERY_NS: u64 = crate::config::POLL_YIELD_EVERY.as_nanos() as u64;
+/// A `sched_yield` that takes longer than this ran another thread (the
+/// call alone takes ~0.5 µs here).
+const YIELD_SHARED_NS: u64 = 2_000;
+/// Yields in a row that let another thread run before a poller moves to
+/// another CPU.
+const SHARED_YIELDS_BEFORE_MOVE: u32 = 8;
+/// A thread moves off a shared CPU at most this often.
+const MOVE_EVERY_NS: u64 = 10_000_000;
+
+thread_local! {
+    /// When this thread last moved off a shared CPU (engine-independent
+    /// monotonic time).
+    static LAST_MOVE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+thread_local! {
+    /// Whether this thread handed packets to the kernel since it last
+    /// gave up its CPU (see [`Shared::wait_with`]).
+    static SENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Notes that this thread just handed packets to the kernel.
+pub(crate) fn note_sent() {
+    let _ = SENT.try_with(|s| s.set(true));
+}
+
+/// Whether this thread sent since the last call (and forgets it).
+fn take_sent() -> bool {
+    SENT.try_with(|s| s.replace(false)).unwrap_or(false)
+}
+
+/// A busy poller's yields ([`Shared::poll_politely`]).
+pub(crate) struct Politeness {
+    /// When the thread last yielded (or began to poll).
+    since: u64,
+    /// Yields in a row that let another thread run.
+    shared: u32,
+}
+
+impl Politeness {
+    pub(crate) fn new(now: u64) -> Politeness {
+        Politeness {
+            since: now,
+            shared: 0,
+        }
+    }
+}
 
 /// Threads polling the socket (low 32 bits) and, above them, how many
 /// polling waits ended with their result: one atomic operation per wait
@@ -339,6 +387,9 @@ impl Shared {
     /// `found`: the wait ended with its result (counted in
     /// `RuntimeStats::found_polling`).
     pub(crate) fn leave_polling(&self, now: u64, found: bool) {
+        // A send of the last pass is no reason to yield at the next wait
+        // (a send before it is); a sleeper gives its CPU away anyway.
+        take_sent();
         self.last_app.store(now, Relaxed);
         if self.roles.pollers.leave(found) == 1 {
             self.app_leaves();
@@ -440,6 +491,60 @@ impl Shared {
         self.roles.blocked.fetch_sub(1, SeqCst);
     }
 
+    /// Polling politely ([`EndpointConfig::poll_yield`]), called before
+    /// each pass of a busy poll: a thread that just sent, or has polled for
+    /// `POLL_YIELD_EVERY` since it last yielded, gives its CPU away once.
+    /// On loopback the datagram's receiver, woken by the send, is often
+    /// queued on the sender's CPU; with more pollers than cores, a woken
+    /// thread is queued behind one. Without the yield it waits for the
+    /// whole poll period (docs/runtime.md, "Polling politely"). A response
+    /// cannot come back before its receiver has run, so the yield after a
+    /// send costs nothing when nobody else is runnable here.
+    ///
+    /// [`EndpointConfig::poll_yield`]: crate::EndpointConfig::poll_yield
+    pub(crate) fn poll_politely(&self, p: &mut Politeness, now: u64) {
+        if !self.cfg.poll_yield || (!take_sent() && now < p.since + POLL_YIELD_EVERY_NS) {
+            return;
+        }
+        self.counters.poll_yields.fetch_add(1, Relaxed);
+        let before = self.now_ns();
+        std::thread::yield_now();
+        let after = self.now_ns();
+        if after.saturating_sub(before) > YIELD_SHARED_NS {
+            p.shared += 1;
+            if p.shared >= SHARED_YIELDS_BEFORE_MOVE {
+                p.shared = 0;
+                self.move_off_shared_cpu();
+            }
+        } else {
+            p.shared = 0;
+        }
+        p.since = after;
+    }
+
+    /// Two threads that poll and yield to each other take turns on one CPU
+    /// while another idles: the scheduler does not migrate a task that ran
+    /// within the last half millisecond, and these run every few µs. A
+    /// poller that keeps finding its CPU shared moves itself off it (see
+    /// [`crate::sys::move_off_this_cpu`]: its allowed CPUs are unchanged),
+    /// at most once per `MOVE_EVERY_NS`.
+    fn move_off_shared_cpu(&self) {
+        let now = crate::sys::monotonic_ns();
+        let due = LAST_MOVE
+            .try_with(|t| {
+                let last = t.get();
+                let due = last == 0 || now >= last + MOVE_EVERY_NS;
+                if due {
+                    t.set(now.max(1));
+                }
+                due
+            })
+            .unwrap_or(false);
+        if due && crate::sys::move_off_this_cpu() {
+            self.counters.poll_shared_cpu.fetch_add(1, Relaxed);
+        }
+    }
+
     /// The waiting strategy shared by every blocking call: check, busy-poll
     /// (driving the engine ourselves) for `poll`, then sleep until woken.
     /// Returns `None` at the deadline or on shutdown.
@@ -468,10 +573,12 @@ impl Shared {
         // server of a 500 KB stream slept in each of its ~5,000 waits a
         // second, fourteenth session).
         let mut poll_end = None;
-        let mut now;
+        let mut now = self.now_ns();
         let mut served = serving.as_ref().map_or(0, |s| s.served);
         let mut busy_lock = 0u32;
+        let mut polite = Politeness::new(now);
         let found = loop {
+            self.poll_politely(&mut polite, now);
             now = match self.drive_once_serving(serving.as_deref_mut()) {
                 Some(pass) => {
                     busy_lock = 0;

@@ -66,7 +66,7 @@ mod wait;
 
 #[cfg(feature = "tokio")]
 pub use async_api::{AsyncEndpoint, RecvRequestFuture, RecvResponseFuture, Requests, RpcFuture};
-pub use config::{EndpointBuilder, EndpointConfig, Mtu, FALLBACK_MTU};
+pub use config::{EndpointBuilder, EndpointConfig, Mtu, FALLBACK_MTU, POLL_YIELD_EVERY};
 pub use endpoint::{Endpoint, PendingRpc, Request, Responder, Response, RuntimeStats};
 pub use error::{Error, Result};
 pub use message::{Message, MessageReader};

@@ -109,6 +109,8 @@ impl Endpoint {
             slept,
             doorbell_rings,
             background_drives,
+            poll_yields,
+            poll_shared_cpu,
         } = self.runtime_stats();
 
         let ep = self.local_addr().to_string();
@@ -188,6 +190,8 @@ impl Endpoint {
             ("homa_runtime_slept", slept),
             ("homa_runtime_doorbell_rings", doorbell_rings),
             ("homa_runtime_background_drives", background_drives),
+            ("homa_runtime_poll_yields", poll_yields),
+            ("homa_runtime_poll_shared_cpu", poll_shared_cpu),
         ] {
             counter!(name, labels(None)).absolute(value);
         }

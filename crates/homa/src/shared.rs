@@ -91,6 +91,8 @@ pub(crate) struct Counters {
     pub(crate) slept: AtomicU64,
     pub(crate) rings: AtomicU64,
     pub(crate) bg_drives: AtomicU64,
+    pub(crate) poll_yields: AtomicU64,
+    pub(crate) poll_shared_cpu: AtomicU64,
 }
 
 impl Shared {

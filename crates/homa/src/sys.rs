@@ -146,6 +146,44 @@ pub(crate) fn set_timer_slack_ns(ns: u64) {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) };
 }
 
+/// Moves the calling thread off the CPU it runs on, leaving its allowed
+/// CPUs as they were: its affinity is narrowed to the others, which makes
+/// the kernel migrate it at once, then restored. Returns whether it moved
+/// (not when it may run on one CPU only, or a call failed).
+pub(crate) fn move_off_this_cpu() -> bool {
+    // SAFETY: `sched_getcpu` takes no arguments.
+    let cpu = unsafe { libc::sched_getcpu() };
+    if cpu < 0 || cpu as usize >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: the set is `size` bytes, written by the kernel.
+    if unsafe { libc::sched_getaffinity(0, size, &mut allowed) } != 0 {
+        return false;
+    }
+    // SAFETY: (`CPU_COUNT`, `CPU_ISSET`, `CPU_CLR` read and write the
+    // set in place, `cpu` is below CPU_SETSIZE.)
+    let (count, here) = unsafe {
+        (
+            libc::CPU_COUNT(&allowed),
+            libc::CPU_ISSET(cpu as usize, &allowed),
+        )
+    };
+    if count < 2 || !here {
+        return false;
+    }
+    let mut others = allowed;
+    // SAFETY: as above.
+    unsafe { libc::CPU_CLR(cpu as usize, &mut others) };
+    // SAFETY: valid sets of `size` bytes.
+    let moved = unsafe { libc::sched_setaffinity(0, size, &others) } == 0;
+    // SAFETY: as above; restores the caller's own set.
+    unsafe { libc::sched_setaffinity(0, size, &allowed) };
+    moved
+}
+
 /// CLOCK_MONOTONIC in nanoseconds (the clock `Instant` reads), without
 /// `Instant`'s checked arithmetic: read several times per round trip.
 #[inline]
@@ -295,6 +333,39 @@ mod tests {
         assert_eq!(fast.elapsed_at(5), 0);
         // Monotonic: a positive rate.
         assert!(slow.read(1_000_001) > slow.read(1_000_000));
+    }
+
+    fn allowed_cpus() -> libc::cpu_set_t {
+        // SAFETY: an all-zero cpu_set_t is a valid empty set, filled by the kernel.
+        let mut set: libc::cpu_set_t = unsafe { mem::zeroed() };
+        // SAFETY: the set's own size.
+        let r = unsafe { libc::sched_getaffinity(0, mem::size_of_val(&set), &mut set) };
+        assert_eq!(r, 0);
+        set
+    }
+
+    /// The move changes the CPU the thread runs on, never the CPUs it may
+    /// run on; with one allowed CPU it does nothing.
+    #[test]
+    fn moving_off_this_cpu_keeps_the_allowed_cpus() {
+        let before = allowed_cpus();
+        // SAFETY: reads the set.
+        let count = unsafe { libc::CPU_COUNT(&before) };
+        // SAFETY: no arguments.
+        let from = unsafe { libc::sched_getcpu() };
+        let moved = move_off_this_cpu();
+        // SAFETY: as above.
+        let to = unsafe { libc::sched_getcpu() };
+        assert_eq!(moved, count >= 2);
+        if moved {
+            assert_ne!(from, to);
+        }
+        let after = allowed_cpus();
+        // SAFETY: `cpu_set_t` is plain bytes.
+        let bytes = |s: &libc::cpu_set_t| unsafe {
+            std::slice::from_raw_parts(s as *const _ as *const u8, mem::size_of_val(s)).to_vec()
+        };
+        assert_eq!(bytes(&before), bytes(&after));
     }
 
     #[test]

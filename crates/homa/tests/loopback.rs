@@ -897,6 +897,32 @@ fn runtime_stats_count_every_wait_once() {
     assert!(s.found_polling + s.slept >= calls, "{s:?}");
 }
 
+/// A client's wait right after its request's send yields the CPU once
+/// (`EndpointConfig::poll_yield`, on by default); off, it never does.
+#[test]
+fn a_poll_after_a_send_yields_unless_told_not_to() {
+    for polite in [true, false] {
+        let (server, workers) = echo_server("127.0.0.1:0", cfg(), 1);
+        let addr = server.local_addr();
+        let mut c = cfg();
+        c.poll_yield = polite;
+        let client = Endpoint::bind_with("127.0.0.1:0", c).unwrap();
+        let calls = 200u64;
+        for i in 0..calls {
+            client.call(addr, payload(100, i)).unwrap();
+        }
+        let s = client.runtime_stats();
+        if polite {
+            // Every call's wait polls after its send (unless its response
+            // was in before the wait began: not on loopback).
+            assert!(s.poll_yields >= calls / 2, "{s:?}");
+        } else {
+            assert_eq!((s.poll_yields, s.poll_shared_cpu), (0, 0), "{s:?}");
+        }
+        stop(server, workers);
+    }
+}
+
 /// One id type: the server sees the id the client holds, for private and
 /// shared RPCs alike.
 #[test]

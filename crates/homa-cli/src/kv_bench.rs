@@ -26,23 +26,18 @@ pub struct KvBenchArgs {
     /// Longest one row may take, in seconds (it stops early then).
     #[arg(long, default_value_t = 20.0)]
     pub max_row_secs: f64,
-    /// The backups' busy-poll time in µs. 0: a backup sleeps as soon as
-    /// it has nothing to do, so it never holds a CPU that the master or
-    /// another backup needs (2 CPUs serve 5 threads here).
-    #[arg(long, default_value_t = 0)]
-    pub backup_poll_us: u64,
-    /// The master's replication endpoint's busy-poll time in µs (0: the
-    /// master sleeps while its backups work).
-    #[arg(long, default_value_t = 0)]
-    pub nested_poll_us: u64,
-    /// The homa-kv client endpoint's busy-poll time in µs: longer than a
-    /// replicated write, so the client is polling when the answer comes
-    /// (as RAMCloud's clients poll) instead of waiting to be woken. Not
-    /// much longer: a client that spins holds one of the 2 CPUs, and on a
-    /// loaded machine the servers then wait for its poll to end (1000 µs
-    /// put the p99 at ~1.1 ms).
-    #[arg(long, default_value_t = 300)]
-    pub client_poll_us: u64,
+    /// The backups' busy-poll time in µs (default: the common --poll-us).
+    /// Before the runtime polled politely, 0 helped (docs/kv.md).
+    #[arg(long)]
+    pub backup_poll_us: Option<u64>,
+    /// The master's replication endpoint's busy-poll time in µs (default:
+    /// the common --poll-us).
+    #[arg(long)]
+    pub nested_poll_us: Option<u64>,
+    /// The homa-kv client endpoint's busy-poll time in µs (default: the
+    /// common --poll-us).
+    #[arg(long)]
+    pub client_poll_us: Option<u64>,
     /// Extra rows: 100 B homa-kv writes with these numbers of backups,
     /// comma-separated (what each replica adds; 0 = no replication).
     #[arg(long, default_value = "0,1", value_delimiter = ',')]
@@ -86,9 +81,9 @@ pub fn run(args: KvBenchArgs) -> anyhow::Result<()> {
         rate: args.rate.max(0.0),
         write_replicas: args.write_replicas.clone(),
         homa: args.homa.config_with_link(homa_bench::LOOPBACK_GBPS)?,
-        backup_poll: Some(Duration::from_micros(args.backup_poll_us)),
-        nested_poll: Some(Duration::from_micros(args.nested_poll_us)),
-        client_poll: Some(Duration::from_micros(args.client_poll_us)),
+        backup_poll: args.backup_poll_us.map(Duration::from_micros),
+        nested_poll: args.nested_poll_us.map(Duration::from_micros),
+        client_poll: args.client_poll_us.map(Duration::from_micros),
         progress: !args.json,
     };
     if args.breakdown {

@@ -184,3 +184,91 @@ fn a_master_killed_and_restarted_recovers_every_acknowledged_write() {
     }
     assert!(kv.put(b"k0", &b"again"[..]).unwrap() > acked.last().unwrap().1);
 }
+
+/// Three clients read and write six registers while one of the master's
+/// backups is killed and then the master is killed and restarted; the
+/// history, final reads included, must be linearizable.
+#[test]
+fn a_history_with_real_process_failures_is_linearizable() {
+    use bytes::Bytes;
+    use homa_kv::check::{check, Kind, Op};
+    let (coord, mut backups, master) = store(4);
+    let history = Arc::new(Mutex::new(Vec::<Op>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let keys: Vec<Bytes> = (0..6).map(|i| Bytes::from(format!("reg{i}"))).collect();
+    let clients: Vec<_> = (0..3u64)
+        .map(|w| {
+            let (history, stop, keys) = (history.clone(), stop.clone(), keys.clone());
+            let c = coord.addr;
+            std::thread::spawn(move || {
+                let kv = KvClient::connect(c)
+                    .unwrap()
+                    .with_attempt_timeout(Duration::from_millis(400))
+                    .with_retry_for(Duration::from_secs(5));
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let key = keys[((n * 5 + w) % keys.len() as u64) as usize].clone();
+                    let start = Instant::now();
+                    let kind = if n % 3 == 0 {
+                        match kv.get(&key) {
+                            Ok(seen) => Kind::Read {
+                                seen: seen.map(|v| (v.version, v.value)),
+                            },
+                            Err(_) => continue,
+                        }
+                    } else {
+                        let value = Bytes::from(format!("c{w}-{n}"));
+                        let version = kv.put(&key, value.clone()).ok();
+                        Kind::Write { value, version }
+                    };
+                    let end = Instant::now();
+                    history.lock().unwrap().push(Op {
+                        key,
+                        start,
+                        end,
+                        kind,
+                    });
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    backups.remove(0).kill();
+    std::thread::sleep(Duration::from_millis(300));
+    master.kill();
+    let c = coord.addr.to_string();
+    let _new = Proc::start(&["master", "--coordinator", &c, "--slot", "0"]);
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    for t in clients {
+        t.join().unwrap();
+    }
+    let kv = KvClient::connect(coord.addr).unwrap();
+    let mut h = history.lock().unwrap().clone();
+    for k in &keys {
+        let start = Instant::now();
+        let seen = kv.get(k).unwrap().map(|v| (v.version, v.value));
+        h.push(Op {
+            key: k.clone(),
+            start,
+            end: Instant::now(),
+            kind: Kind::Read { seen },
+        });
+    }
+    let acked = h
+        .iter()
+        .filter(|o| {
+            matches!(
+                o.kind,
+                Kind::Write {
+                    version: Some(_),
+                    ..
+                }
+            )
+        })
+        .count();
+    assert!(acked > 20, "only {acked} acknowledged writes");
+    eprintln!("{} operations, {acked} acknowledged writes", h.len());
+    check(&h).unwrap();
+}

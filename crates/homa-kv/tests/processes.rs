@@ -210,7 +210,7 @@ fn a_history_with_real_process_failures_is_linearizable() {
                     n += 1;
                     let key = keys[((n * 5 + w) % keys.len() as u64) as usize].clone();
                     let start = Instant::now();
-                    let kind = if n % 3 == 0 {
+                    let kind = if n % 3 == 2 {
                         match kv.get(&key) {
                             Ok(seen) => Kind::Read {
                                 seen: seen.map(|v| (v.version, v.value)),

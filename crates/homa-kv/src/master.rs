@@ -35,6 +35,8 @@ pub struct MasterConfig {
     /// The busy-poll time of the endpoint replication calls go through
     /// (None: the server endpoint's).
     pub nested_poll: Option<Duration>,
+    /// How often the replicas are pinged between writes.
+    pub watch_period: Duration,
 }
 
 impl MasterConfig {
@@ -46,6 +48,7 @@ impl MasterConfig {
             replication_timeout: Duration::from_millis(200),
             wait_for_backups: Duration::from_secs(10),
             nested_poll: None,
+            watch_period: Duration::from_millis(250),
         }
     }
 }
@@ -170,6 +173,38 @@ impl Master {
     /// The backups that hold this master's log now.
     pub fn replica_set(&self) -> Vec<SocketAddr> {
         lock(&self.writer).replicas.clone()
+    }
+
+    pub fn replication_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Pings every replica (in parallel, without holding up writes) and
+    /// replaces those that do not answer, as a failed write would.
+    pub fn check_replicas(&self, rpc: &homa_rpc::Client) {
+        if self.fenced.load(Ordering::Relaxed) {
+            return;
+        }
+        let replicas = self.replica_set();
+        let calls: Vec<_> = replicas
+            .iter()
+            .map(|r| backup::Client::new(rpc.clone(), *r).start().ping(&()))
+            .collect();
+        let failed: Vec<_> = replicas
+            .iter()
+            .zip(calls)
+            .filter_map(|(r, c)| c.and_then(|c| c.wait()).err().map(|s| (*r, s)))
+            .collect();
+        if failed.is_empty() {
+            return;
+        }
+        let mut w = lock(&self.writer);
+        for (dead, s) in failed {
+            // A write may have replaced it meanwhile.
+            if w.replicas.contains(&dead) && self.replace(rpc, &mut w, dead, &s).is_err() {
+                w.synced = false;
+            }
+        }
     }
 
     fn read_log(&self) -> std::sync::RwLockReadGuard<'_, Log> {

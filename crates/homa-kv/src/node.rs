@@ -10,6 +10,7 @@ use crate::proto::{backup, coord, master};
 use homa::{Endpoint, EndpointConfig};
 use homa_rpc::{Dispatch, Server};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,6 +22,8 @@ pub struct Running {
     pub addr: SocketAddr,
     server: Server,
     threads: Vec<JoinHandle<homa::Result<()>>>,
+    /// A master's replica watcher: told to stop, then joined.
+    watcher: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
 }
 
 impl Running {
@@ -55,6 +58,7 @@ impl Running {
             addr,
             server,
             threads,
+            watcher: None,
         }
     }
 
@@ -64,6 +68,11 @@ impl Running {
     }
 
     fn halt(&mut self) {
+        if let Some((stop, t)) = self.watcher.take() {
+            stop.store(true, Ordering::Relaxed);
+            t.thread().unpark();
+            let _ = t.join();
+        }
         self.server.shutdown();
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -152,7 +161,28 @@ pub fn start_master(
         }
         None => None,
     };
-    let r = Running::start(ep, master::Server(m.clone()), threads, name, nested);
+    let mut r = Running::start(ep, master::Server(m.clone()), threads, name, nested);
     m.announce(&rpc, r.addr)?;
+    // Checks the replicas while no write does: a backup lost while the
+    // master is idle is replaced within about a period, not at the next
+    // write.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (m2, stop2) = (m.clone(), stop.clone());
+    let every = cfg.watch_period;
+    let watcher = std::thread::Builder::new()
+        .name(format!("{name}-watch"))
+        .spawn(move || {
+            let rpc = rpc.with_timeout(m2.replication_timeout());
+            let mut next = Instant::now() + every;
+            while !stop2.load(Ordering::Relaxed) {
+                // Woken early (unpark) to stop.
+                std::thread::park_timeout(next.saturating_duration_since(Instant::now()));
+                if Instant::now() >= next && !stop2.load(Ordering::Relaxed) {
+                    m2.check_replicas(&rpc);
+                    next = Instant::now() + every;
+                }
+            }
+        })?;
+    r.watcher = Some((stop, watcher));
     Ok((r, rec))
 }

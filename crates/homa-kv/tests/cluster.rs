@@ -300,3 +300,30 @@ fn a_retried_write_is_applied_once_even_across_a_recovery() {
     assert_eq!(send(&c, &req(43, "b")).unwrap(), other);
     assert_eq!(kv.get(b"k").unwrap().unwrap().value, &b"b"[..]);
 }
+
+#[test]
+fn an_idle_master_replaces_a_lost_backup_too() {
+    let mut c = cluster(1, 4);
+    let kv = c.client().unwrap();
+    for i in 0..50 {
+        kv.put(format!("k{i}").as_bytes(), vec![3u8; 10]).unwrap();
+    }
+    let backups = c.backups();
+    let holds: Vec<bool> = backups
+        .iter()
+        .map(|b| entries_of(b.unwrap(), 0) == 50)
+        .collect();
+    let victim = holds.iter().position(|h| *h).unwrap();
+    let spare = holds.iter().position(|h| !*h).unwrap();
+    c.kill_backup(victim);
+    // No write: the master's watcher finds the loss (every 250 ms).
+    let t0 = Instant::now();
+    while entries_of(backups[spare].unwrap(), 0) < 50 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "the spare got no log"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("replaced after {:?} without a write", t0.elapsed());
+}

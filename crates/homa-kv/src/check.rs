@@ -43,6 +43,38 @@ pub struct Violation {
     pub what: String,
 }
 
+/// Ends a test's history: reads every key once more (after every other
+/// operation), appends those reads, and returns how many writes were
+/// acknowledged.
+pub fn read_back<E: std::fmt::Debug>(
+    history: &mut Vec<Op>,
+    keys: &[Bytes],
+    mut get: impl FnMut(&Bytes) -> Result<Option<(u64, Bytes)>, E>,
+) -> usize {
+    for k in keys {
+        let start = Instant::now();
+        let seen = get(k).expect("the read-back after the run");
+        history.push(Op {
+            key: k.clone(),
+            start,
+            end: Instant::now(),
+            kind: Kind::Read { seen },
+        });
+    }
+    history
+        .iter()
+        .filter(|o| {
+            matches!(
+                o.kind,
+                Kind::Write {
+                    version: Some(_),
+                    ..
+                }
+            )
+        })
+        .count()
+}
+
 /// Checks every key's register history.
 pub fn check(history: &[Op]) -> Result<(), Violation> {
     let mut by_key: HashMap<&Bytes, Vec<&Op>> = HashMap::new();

@@ -4,7 +4,7 @@
 //! both failures. Bounded: every wait has a deadline of a few seconds.
 
 use bytes::Bytes;
-use homa_kv::check::{check, Kind, Op};
+use homa_kv::check::{check, read_back, Kind, Op};
 use homa_kv::cluster::{ClusterSpec, LocalCluster};
 use homa_kv::proto::backup;
 use homa_kv::{KvClient, KvError, MAX_VALUE};
@@ -243,28 +243,9 @@ fn concurrent_history_with_failures_is_linearizable() {
     // Final reads of every key, after everything.
     let kv = c.client().unwrap();
     let mut h = history.lock().unwrap().clone();
-    for k in &keys {
-        let start = Instant::now();
-        let seen = kv.get(k).unwrap().map(|v| (v.version, v.value));
-        h.push(Op {
-            key: k.clone(),
-            start,
-            end: Instant::now(),
-            kind: Kind::Read { seen },
-        });
-    }
-    let acked = h
-        .iter()
-        .filter(|o| {
-            matches!(
-                o.kind,
-                Kind::Write {
-                    version: Some(_),
-                    ..
-                }
-            )
-        })
-        .count();
+    let acked = read_back(&mut h, &keys, |k| {
+        kv.get(k).map(|o| o.map(|v| (v.version, v.value)))
+    });
     assert!(acked > 20, "only {acked} acknowledged writes");
     check(&h).unwrap();
 }

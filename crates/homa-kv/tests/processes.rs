@@ -191,7 +191,7 @@ fn a_master_killed_and_restarted_recovers_every_acknowledged_write() {
 #[test]
 fn a_history_with_real_process_failures_is_linearizable() {
     use bytes::Bytes;
-    use homa_kv::check::{check, Kind, Op};
+    use homa_kv::check::{check, read_back, Kind, Op};
     let (coord, mut backups, master) = store(4);
     let history = Arc::new(Mutex::new(Vec::<Op>::new()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -246,28 +246,9 @@ fn a_history_with_real_process_failures_is_linearizable() {
     }
     let kv = KvClient::connect(coord.addr).unwrap();
     let mut h = history.lock().unwrap().clone();
-    for k in &keys {
-        let start = Instant::now();
-        let seen = kv.get(k).unwrap().map(|v| (v.version, v.value));
-        h.push(Op {
-            key: k.clone(),
-            start,
-            end: Instant::now(),
-            kind: Kind::Read { seen },
-        });
-    }
-    let acked = h
-        .iter()
-        .filter(|o| {
-            matches!(
-                o.kind,
-                Kind::Write {
-                    version: Some(_),
-                    ..
-                }
-            )
-        })
-        .count();
+    let acked = read_back(&mut h, &keys, |k| {
+        kv.get(k).map(|o| o.map(|v| (v.version, v.value)))
+    });
     assert!(acked > 20, "only {acked} acknowledged writes");
     eprintln!("{} operations, {acked} acknowledged writes", h.len());
     check(&h).unwrap();

@@ -35,8 +35,9 @@ pub enum KvCommand {
     },
     /// A master: recovers its slot from the backups, then serves it.
     Master(MasterArgs),
-    /// A local cluster in this process on loopback: prints the addresses,
-    /// runs until Ctrl-C.
+    /// A local cluster in this process on loopback (or, with `--testbed`,
+    /// one process per node on the namespace testbed): prints the
+    /// addresses, runs until Ctrl-C (or `--for-secs`).
     Up {
         #[arg(long, default_value_t = 1)]
         masters: u32,
@@ -50,6 +51,17 @@ pub enum KvCommand {
         /// The masters' replication endpoints' busy-poll time in µs.
         #[arg(long)]
         nested_poll_us: Option<u64>,
+        /// Run every node as its own `homa kv ROLE` process on the namespace
+        /// testbed instead (root): the coordinator on host 0, the backups
+        /// and then the masters on hosts of their own (prefix `homakv`).
+        #[arg(long)]
+        testbed: bool,
+        /// With `--testbed`: the link rate of every host link, Gbit/s.
+        #[arg(long, default_value_t = 1.0)]
+        gbps: f64,
+        /// Stop after this many seconds (default: run until Ctrl-C).
+        #[arg(long)]
+        for_secs: Option<u64>,
     },
     /// One client operation.
     Cli(CliArgs),
@@ -121,6 +133,14 @@ fn announce(line: String) {
     let _ = std::io::stdout().flush();
 }
 
+/// Sleeps `secs` seconds, or forever.
+fn run_for(secs: Option<u64>) {
+    match secs {
+        Some(s) => std::thread::sleep(Duration::from_secs(s)),
+        None => forever(),
+    }
+}
+
 fn forever() -> ! {
     loop {
         std::thread::sleep(Duration::from_secs(3600));
@@ -170,8 +190,45 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<()> {
             masters,
             backups,
             replicas,
+            gbps,
+            for_secs,
+            testbed: true,
+            ..
+        } => {
+            let c = crate::testbed::start_cluster(&crate::testbed::TestbedSpec {
+                masters,
+                backups,
+                replicas,
+                gbps,
+                program: None,
+            })?;
+            for n in &c.nodes {
+                announce(format!(
+                    "{} {} (host {}, {})",
+                    n.role,
+                    n.addr,
+                    n.host,
+                    c.ns(n.host)
+                ));
+            }
+            announce(format!(
+                "try: ip netns exec {} homa kv cli --coordinator {} put hello world (Ctrl-C stops the processes; `homa testbed down --prefix {}` removes the testbed)",
+                c.ns(0),
+                c.coordinator(),
+                crate::testbed::PREFIX
+            ));
+            run_for(for_secs);
+            drop(c);
+            Ok(())
+        }
+        KvCommand::Up {
+            masters,
+            backups,
+            replicas,
             backup_poll_us,
             nested_poll_us,
+            for_secs,
+            ..
         } => {
             let c = LocalCluster::start(ClusterSpec {
                 masters,
@@ -192,7 +249,9 @@ pub fn run(cmd: KvCommand) -> anyhow::Result<()> {
                 "try: homa kv cli --coordinator {} put hello world (Ctrl-C stops the cluster)",
                 c.coordinator()
             ));
-            forever()
+            run_for(for_secs);
+            drop(c);
+            Ok(())
         }
         KvCommand::Cli(a) => client(a),
     }

@@ -33,6 +33,7 @@ pub mod master;
 pub mod node;
 pub mod proto;
 pub mod redis_bench;
+pub mod testbed;
 
 pub use client::{KvClient, KvError};
 pub use proto::{Versioned, MAX_KEY, MAX_VALUE};

@@ -503,7 +503,11 @@ impl Shared {
     ///
     /// [`EndpointConfig::poll_yield`]: crate::EndpointConfig::poll_yield
     pub(crate) fn poll_politely(&self, p: &mut Politeness, now: u64) {
-        if !self.cfg.poll_yield || (!take_sent() && now < p.since + POLL_YIELD_EVERY_NS) {
+        // While its last yield ran another thread, the CPU is wanted: the
+        // poller yields every round (a thread queued behind it runs within
+        // a round), until a yield finds nobody waiting.
+        let every = if p.shared > 0 { 0 } else { POLL_YIELD_EVERY_NS };
+        if !self.cfg.poll_yield || (!take_sent() && now < p.since + every) {
             return;
         }
         self.counters.poll_yields.fetch_add(1, Relaxed);

@@ -10,6 +10,7 @@ use homa::{AsyncEndpoint, Message, Responder};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,12 +22,52 @@ use tower_service::Service;
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Unary calls running in tasks of their own, by (client, RPC id).
-type Running =
-    Arc<std::sync::Mutex<HashMap<(std::net::SocketAddr, u64), tokio::task::AbortHandle>>>;
+/// The map of [`Running`].
+type Calls = HashMap<(SocketAddr, u64), tokio::task::AbortHandle>;
 
-/// The length of a cancel notice (`wire::encode_cancel`).
-const CANCEL_LEN: usize = 9;
+/// Unary calls that went on in a task of their own, by (client, RPC id),
+/// for the clients' cancel notices. A call is registered before the serve
+/// loop reads the next request, so a notice never comes before its call.
+#[derive(Clone, Default)]
+struct Running(Arc<std::sync::Mutex<Calls>>);
+
+impl Running {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Calls> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `call` in a task, registered under `key` until it ends.
+    fn spawn(&self, key: (SocketAddr, u64), call: impl Future<Output = ()> + Send + 'static) {
+        let done = self.clone();
+        // Held while the task is spawned and registered: its own removal,
+        // when it ends, waits for the registration.
+        let mut m = self.lock();
+        let task = tokio::spawn(async move {
+            call.await;
+            done.lock().remove(&key);
+        });
+        m.insert(key, task.abort_handle());
+    }
+
+    /// The client `peer` abandoned its call `id`: dropping the handler's
+    /// future drops the call's responder unanswered (the engine frees the
+    /// RPC). A call that already ended, or ran inline, is not here.
+    fn cancel(&self, peer: SocketAddr, id: u64) {
+        if let Some(task) = self.lock().remove(&(peer, id)) {
+            task.abort();
+        }
+    }
+}
+
+/// The RPC id of a cancel notice (`wire::encode_cancel`); None for a call.
+fn cancel_notice(msg: &Message) -> Option<u64> {
+    if msg.len() != wire::CANCEL_LEN {
+        return None;
+    }
+    let mut notice = [0u8; wire::CANCEL_LEN];
+    msg.copy_to(0, &mut notice);
+    wire::decode_cancel(&notice)
+}
 
 /// Serves `service` on `ep` until the endpoint shuts down (then returns).
 ///
@@ -49,45 +90,21 @@ where
     // Streaming calls come on streams, served by tasks of their own.
     let streams = tokio::spawn(crate::streaming::accept_loop(ep.clone(), service.clone()));
     let mut requests = ep.requests();
-    // Calls that went on in a task, by (client, RPC id), for the client's
-    // cancel notices. Registered before the next request is read, so a
-    // notice never comes before its call.
-    let running: Running = Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let running = Running::default();
     while let Some(req) = requests.next().await {
         let (msg, responder) = req.into_parts();
-        let key = (responder.peer(), responder.id().0);
-        if msg.len() == CANCEL_LEN {
-            let mut notice = [0u8; CANCEL_LEN];
-            msg.copy_to(0, &mut notice);
-            if let Some(id) = wire::decode_cancel(&notice) {
-                let task = running
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&(key.0, id));
-                if let Some(task) = task {
-                    // Dropping the handler's future drops the call's
-                    // responder unanswered: the engine frees the RPC.
-                    task.abort();
-                }
-                let _ = responder.reply(Vec::new());
-                continue;
-            }
+        if let Some(id) = cancel_notice(&msg) {
+            running.cancel(responder.peer(), id);
+            let _ = responder.reply(Vec::new());
+            continue;
         }
+        let key = (responder.peer(), responder.id().0);
         let mut call = Box::pin(handle(service.clone(), msg, responder));
         if std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx)))
             .await
             .is_pending()
         {
-            let done = running.clone();
-            // Held while the task is spawned and registered: its own
-            // removal, when it ends, waits for the registration.
-            let mut m = running.lock().unwrap_or_else(|p| p.into_inner());
-            let task = tokio::spawn(async move {
-                call.await;
-                done.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-            });
-            m.insert(key, task.abort_handle());
-            drop(m);
+            running.spawn(key, call);
         }
     }
     streams.abort();

@@ -13,10 +13,12 @@ pub const RESPONSE_V1: u8 = 0x81;
 /// whose Homa RPC id follows (8 bytes, little-endian), as gRPC's
 /// `RST_STREAM` tells an HTTP/2 server.
 pub const CANCEL_V1: u8 = 0x02;
+/// A cancel notice's length: the version byte and the id.
+pub const CANCEL_LEN: usize = 9;
 
 /// Encodes a cancel notice for the client's RPC `id`.
 pub fn encode_cancel(id: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(9);
+    let mut out = Vec::with_capacity(CANCEL_LEN);
     out.push(CANCEL_V1);
     out.extend_from_slice(&id.to_le_bytes());
     out

@@ -286,7 +286,8 @@ impl Shared {
         let mut now = self.now_ns();
         let end = now.saturating_add(self.async_poll_ns);
         let mut found = false;
-        let mut polite = crate::handoff::Politeness::new(now);
+        let mut polite = crate::handoff::Politeness::default();
+        polite.passed(now);
         while !self.is_shut() {
             self.poll_politely(&mut polite, now);
             now = self.drive_once().unwrap_or_else(|| self.now_ns());

@@ -76,19 +76,19 @@ fn take_sent() -> bool {
 }
 
 /// A busy poller's yields ([`Shared::poll_politely`]).
+#[derive(Default)]
 pub(crate) struct Politeness {
-    /// When the thread last yielded (or began to poll).
-    since: u64,
+    /// When the thread last yielded, or its first pass ran (the pass's
+    /// engine time: no clock read of its own); None before that pass.
+    since: Option<u64>,
     /// Yields in a row that let another thread run.
     shared: u32,
 }
 
 impl Politeness {
-    pub(crate) fn new(now: u64) -> Politeness {
-        Politeness {
-            since: now,
-            shared: 0,
-        }
+    /// Notes a pass at engine time `now` (the first one starts the clock).
+    pub(crate) fn passed(&mut self, now: u64) {
+        self.since.get_or_insert(now);
     }
 }
 
@@ -507,7 +507,7 @@ impl Shared {
         // poller yields every round (a thread queued behind it runs within
         // a round), until a yield finds nobody waiting.
         let every = if p.shared > 0 { 0 } else { POLL_YIELD_EVERY_NS };
-        if !self.cfg.poll_yield || (!take_sent() && now < p.since + every) {
+        if !self.cfg.poll_yield || (!take_sent() && p.since.is_none_or(|t| now < t + every)) {
             return;
         }
         self.counters.poll_yields.fetch_add(1, Relaxed);
@@ -523,7 +523,7 @@ impl Shared {
         } else {
             p.shared = 0;
         }
-        p.since = after;
+        p.since = Some(after);
     }
 
     /// Two threads that poll and yield to each other take turns on one CPU
@@ -577,10 +577,11 @@ impl Shared {
         // server of a 500 KB stream slept in each of its ~5,000 waits a
         // second, fourteenth session).
         let mut poll_end = None;
-        let mut now = self.now_ns();
+        // (The previous pass's engine time; none before the first pass.)
+        let mut now = 0;
         let mut served = serving.as_ref().map_or(0, |s| s.served);
         let mut busy_lock = 0u32;
-        let mut polite = Politeness::new(now);
+        let mut polite = Politeness::default();
         let found = loop {
             self.poll_politely(&mut polite, now);
             now = match self.drive_once_serving(serving.as_deref_mut()) {
@@ -603,6 +604,7 @@ impl Shared {
                     self.now_ns()
                 }
             };
+            polite.passed(now);
             if let Some(v) = check() {
                 break Some(v);
             }

@@ -23,6 +23,8 @@
 //!   unloaded-RTT probe.
 //! * [`throughput`]: `throughput-bench`, large messages: Homa, one TCP
 //!   connection, a raw UDP GSO blast.
+//! * [`floor`]: what the machine allows a nested-call pattern (fan-out,
+//!   replicated write) over raw UDP between threads, no transport at all.
 //! * [`machine`]: the load average and whether other processes hold the CPUs.
 
 pub mod async_echo;
@@ -30,6 +32,7 @@ pub mod baseline;
 pub mod closed;
 pub mod echo;
 pub mod epoll;
+pub mod floor;
 pub mod machine;
 pub mod node;
 pub mod payload;

@@ -94,6 +94,8 @@ pub struct RpcBench {
     pub homa: homa::EndpointConfig,
     /// Also measure `homa-raw-copy` (see [`raw_copy_echo`]).
     pub copy_baseline: bool,
+    /// Also measure the fan-out patterns with no transport ([`crate::floor`]).
+    pub floor: bool,
     pub progress: bool,
 }
 
@@ -133,6 +135,9 @@ pub struct CodecRow {
 pub struct RpcReport {
     pub rows: Vec<RpcRow>,
     pub fanout: Vec<FanoutRow>,
+    /// The fan-out patterns over raw UDP between threads, no transport
+    /// ([`crate::floor`]): what this machine allows them.
+    pub floor: Vec<crate::floor::FloorRow>,
     pub codec: Vec<CodecRow>,
 }
 
@@ -420,6 +425,16 @@ pub fn measure(b: &RpcBench) -> anyhow::Result<RpcReport> {
             });
         }
     }
+    let floor = if b.floor && !b.fanout.is_empty() {
+        say(
+            b.progress,
+            "floor: the fan-out patterns over raw UDP between threads",
+        );
+        let patterns: Vec<_> = b.fanout.iter().map(|&n| (n, b.backends.max(1))).collect();
+        crate::floor::measure(&patterns, b.fanout_iters, rounds)?
+    } else {
+        Vec::new()
+    };
     let codec = b
         .sizes
         .iter()
@@ -431,6 +446,7 @@ pub fn measure(b: &RpcBench) -> anyhow::Result<RpcReport> {
     Ok(RpcReport {
         rows,
         fanout: fan,
+        floor,
         codec,
     })
 }
@@ -581,6 +597,23 @@ pub fn print_ratios(r: &RpcReport) {
             );
         }
     }
+    let one = r.floor.iter().find(|f| f.nested == 1);
+    let wide = r
+        .floor
+        .iter()
+        .filter(|f| f.nested > 1)
+        .max_by_key(|f| f.nested);
+    if let (Some(one), Some(wide)) = (one, wide) {
+        println!(
+            "fan-out floor (raw UDP threads, no transport; fastest wait {} / {}): {} nested / 1 nested p50 {:.2}x ({:.2} / {:.2} us)",
+            wide.wait.name(),
+            one.wait.name(),
+            wide.nested,
+            wide.p50_us / one.p50_us,
+            wide.p50_us,
+            one.p50_us
+        );
+    }
 }
 
 #[cfg(test)]
@@ -599,6 +632,7 @@ mod tests {
             backends: 1,
             homa: crate::loopback_config(),
             copy_baseline: true,
+            floor: true,
             progress: false,
         })
         .unwrap();

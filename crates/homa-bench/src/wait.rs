@@ -16,6 +16,10 @@ pub struct Waiting<'a> {
     pub poll: Duration,
     pub stop: Option<&'a AtomicBool>,
     pub deadline: Option<Instant>,
+    /// Spin by yielding the CPU (`sched_yield`) on every round instead of
+    /// a pause instruction: the polite spinner, for threads that outnumber
+    /// the cores (`floor`).
+    pub yielding: bool,
 }
 
 impl Waiting<'_> {
@@ -25,6 +29,7 @@ impl Waiting<'_> {
             poll,
             stop: None,
             deadline: None,
+            yielding: false,
         }
     }
 }
@@ -69,7 +74,11 @@ fn wait_readable(fd: RawFd, since: Instant, w: &Waiting) -> io::Result<()> {
         return Err(e);
     }
     if since.elapsed() < w.poll {
-        std::hint::spin_loop();
+        if w.yielding {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
     } else {
         wait_fd(fd, libc::POLLIN, Duration::from_millis(50))?;
     }

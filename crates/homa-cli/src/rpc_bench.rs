@@ -39,6 +39,10 @@ pub struct RpcBenchArgs {
     /// framework does, without its other steps.
     #[arg(long)]
     pub copy_baseline: bool,
+    /// Leave out the floor: the fan-out patterns over raw UDP between
+    /// threads, no transport (what this machine allows them).
+    #[arg(long)]
+    pub no_floor: bool,
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -78,6 +82,7 @@ impl RpcBenchArgs {
             backends: self.backends.max(1),
             homa: self.homa.config_with_link(homa_bench::LOOPBACK_GBPS)?,
             copy_baseline: self.copy_baseline,
+            floor: !self.no_floor,
             progress: !self.json,
         })
     }

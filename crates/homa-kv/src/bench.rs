@@ -34,6 +34,9 @@ pub struct KvBench {
     pub rate: f64,
     /// Measure Redis too.
     pub redis: bool,
+    /// Measure what the machine allows the read and write patterns with no
+    /// transport at all (`homa_bench::floor`: raw UDP between threads).
+    pub floor: bool,
     /// Extra rows: 100 B writes with these other numbers of backups (each
     /// on a cluster of its own, after the main rows), to show what each
     /// replica adds (0: the master's log alone).
@@ -72,6 +75,10 @@ pub struct Report {
     /// use the common setting (`--poll-us`).
     pub homa_kv_poll_us: [u64; 3],
     pub rows: Vec<Row>,
+    /// The same call patterns over raw UDP between threads, no transport
+    /// (`homa_bench::floor`): an echo (`nested` 0), a write replicated to
+    /// one backup and to R (`nested` = `backends` = R), 100 B each.
+    pub floor: Vec<homa_bench::floor::FloorRow>,
     /// Open-loop rows (`rate` > 0).
     pub open_loop: Vec<OpenRow>,
 }
@@ -375,6 +382,15 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
         }
     }
     drop(redis);
+    let floor = if b.floor {
+        say(
+            b.progress,
+            "floor: the echo and write patterns over raw UDP between threads",
+        );
+        homa_bench::floor::measure(&[(0, 1), (1, 1), (r as u32, r)], b.iters, rounds)?
+    } else {
+        Vec::new()
+    };
     for &r2 in &b.write_replicas {
         say(b.progress, &format!("100 B writes with {r2} backups"));
         let mut hist = new_histogram();
@@ -407,11 +423,24 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
     Ok(Report {
         machine: load.describe(),
         warning: load.warning(),
+        floor,
         open_loop: open,
         homa_kv_poll_us: [b.client_poll, b.backup_poll, b.nested_poll]
             .map(|p| p.unwrap_or(b.homa.poll).as_micros() as u64),
         rows,
     })
+}
+
+/// The write goal's ratio as the floor gives it: the write pattern with R
+/// backups over raw UDP threads against their echo (`None` without a floor).
+pub fn floor_ratio(r: &Report) -> Option<(String, f64)> {
+    let replicas = r.rows.iter().find(|x| x.op == "write")?.replicas;
+    let echo = homa_bench::floor::p50_of(&r.floor, 0, 1)?;
+    let write = homa_bench::floor::p50_of(&r.floor, replicas as u32, replicas)?;
+    Some((
+        format!("floor: write pattern R={replicas} p50 / echo p50, raw UDP threads"),
+        write / echo,
+    ))
 }
 
 /// The goals, from a report's 100-byte rows: (goal, ratio, limit).

@@ -1,0 +1,284 @@
+//! What the machine allows a nested-call pattern, with no transport at all.
+//!
+//! A client calls a front server, which makes `nested` calls in parallel to
+//! `backends` backend threads (round robin), waits for all their answers and
+//! then answers the client: the fan-out of `rpc-bench` and the replicated
+//! write of `kv-bench`. Here every hop is one raw UDP datagram of 100 bytes
+//! between threads of this process, each thread waiting on its own
+//! socket the way the raw UDP baseline does ([`crate::wait`]): no Homa, no
+//! framework, no encoding, no log. Whatever a transport adds comes on top,
+//! so a goal stated as a ratio between two such patterns (3 nested calls
+//! against 1; a write replicated to 3 backups against an echo) cannot be met
+//! by any user-space transport on this machine if even these threads miss
+//! it: on a machine with fewer cores than busy threads, the pattern's
+//! threads take turns on the cores.
+//!
+//! Three ways to wait are measured and the fastest one counts: `spin`
+//! (busy-poll for the poll period, then sleep in `poll(2)`, as the UDP
+//! baseline), `yield` (the same, yielding the CPU on every round of the
+//! spin, as a polite spinner does) and `block` (sleep at once; the kernel
+//! wakes the thread, as a blocking TCP or Redis client is woken).
+
+use crate::stats::{new_histogram, record};
+use crate::wait::{udp_recv, Waiting};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::io::ErrorKind;
+use std::net::UdpSocket;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes per datagram (the benchmarks' 100-byte messages).
+const SIZE: usize = 100;
+/// How long a thread busy-polls before it sleeps (the runtime's default).
+const POLL: Duration = Duration::from_micros(50);
+/// A call that took longer than this lost a datagram: not counted, redone.
+const LOST: Duration = Duration::from_millis(100);
+
+/// How every thread of the pattern waits for its next datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Wait {
+    Spin,
+    Yield,
+    Block,
+}
+
+impl Wait {
+    pub const ALL: [Wait; 3] = [Wait::Spin, Wait::Yield, Wait::Block];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Wait::Spin => "spin",
+            Wait::Yield => "yield",
+            Wait::Block => "block",
+        }
+    }
+
+    fn waiting<'a>(self, stop: Option<&'a AtomicBool>, deadline: Option<Instant>) -> Waiting<'a> {
+        Waiting {
+            poll: if self == Wait::Block {
+                Duration::ZERO
+            } else {
+                POLL
+            },
+            stop,
+            deadline,
+            yielding: self == Wait::Yield,
+        }
+    }
+}
+
+/// One pattern's round trips, measured by the client.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct FloorRow {
+    /// Calls the front makes per client call (0: the front answers at once,
+    /// an echo).
+    pub nested: u32,
+    pub backends: usize,
+    /// The fastest way of waiting (by p50) of those measured.
+    pub wait: Wait,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+/// The sequence number every datagram of one client call carries, so that a
+/// late answer to an earlier call is never taken for this one's.
+fn seq_of(buf: &[u8]) -> u64 {
+    u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"))
+}
+
+fn bind() -> std::io::Result<UdpSocket> {
+    let s = UdpSocket::bind("127.0.0.1:0")?;
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
+/// Runs `f` on a named thread that ends when `stop` is set.
+fn spawn(
+    name: &str,
+    f: impl FnOnce() -> std::io::Result<()> + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<std::io::Result<()>>> {
+    std::thread::Builder::new().name(name.into()).spawn(f)
+}
+
+fn stopped(e: &std::io::Error) -> bool {
+    e.kind() == ErrorKind::Interrupted
+}
+
+/// `count` client calls (after `warmup`) through the pattern, every thread
+/// waiting as `wait` says.
+pub fn nested_udp(
+    nested: u32,
+    backends: usize,
+    count: u64,
+    warmup: u64,
+    wait: Wait,
+) -> anyhow::Result<Histogram<u64>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    let mut addrs = Vec::new();
+    for _ in 0..backends.max(1) {
+        let sock = bind()?;
+        addrs.push(sock.local_addr()?);
+        let st = stop.clone();
+        threads.push(spawn("floor-backend", move || {
+            let mut buf = [0u8; 2048];
+            let w = wait.waiting(Some(&st), None);
+            loop {
+                match udp_recv(&sock, &mut buf, w) {
+                    Ok((n, from)) => {
+                        sock.send_to(&buf[..n], from)?;
+                    }
+                    Err(e) if stopped(&e) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+        })?);
+    }
+    let front = bind()?;
+    let front_addr = front.local_addr()?;
+    let st = stop.clone();
+    let backend_addrs = addrs.clone();
+    threads.push(spawn("floor-front", move || {
+        let mut buf = [0u8; 2048];
+        let mut answer = [0u8; 2048];
+        let w = wait.waiting(Some(&st), None);
+        'calls: loop {
+            let (n, client) = match udp_recv(&front, &mut buf, w) {
+                Ok(r) => r,
+                Err(e) if stopped(&e) => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            if n < 8 {
+                continue;
+            }
+            let seq = seq_of(&buf);
+            for i in 0..nested as usize {
+                front.send_to(&buf[..n], backend_addrs[i % backend_addrs.len()])?;
+            }
+            let mut answered = 0;
+            let give_up = Instant::now() + LOST;
+            while answered < nested {
+                let w = wait.waiting(Some(&st), Some(give_up));
+                match udp_recv(&front, &mut answer, w) {
+                    Ok((m, _)) if m >= 8 && seq_of(&answer) == seq => answered += 1,
+                    Ok(_) => {}
+                    Err(e) if stopped(&e) => return Ok(()),
+                    // A datagram was lost: the client calls again.
+                    Err(e) if e.kind() == ErrorKind::TimedOut => continue 'calls,
+                    Err(e) => return Err(e),
+                }
+            }
+            front.send_to(&buf[..n], client)?;
+        }
+    })?);
+    let client = bind()?;
+    let mut h = new_histogram();
+    let result = (|| -> anyhow::Result<()> {
+        let mut msg = [7u8; SIZE];
+        let mut buf = [0u8; 2048];
+        let mut seq = 0u64;
+        let mut done = 0u64;
+        while done < warmup + count {
+            seq += 1;
+            msg[..8].copy_from_slice(&seq.to_le_bytes());
+            let t0 = Instant::now();
+            client.send_to(&msg, front_addr)?;
+            let w = wait.waiting(None, Some(t0 + LOST));
+            loop {
+                match udp_recv(&client, &mut buf, w) {
+                    Ok((n, _)) if n == SIZE && seq_of(&buf) == seq => {
+                        if done >= warmup {
+                            record(&mut h, t0.elapsed().as_nanos() as u64);
+                        }
+                        done += 1;
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::TimedOut => break,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(())
+    })();
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join()
+            .map_err(|_| anyhow::anyhow!("a floor thread panicked"))??;
+    }
+    result.map(|_| h)
+}
+
+/// Each pattern `(nested, backends)` under every way of waiting, the ways
+/// taking turns in `rounds` rounds; the fastest way's row per pattern.
+pub fn measure(
+    patterns: &[(u32, usize)],
+    count: u64,
+    rounds: u64,
+) -> anyhow::Result<Vec<FloorRow>> {
+    let rounds = rounds.max(1);
+    let per = (count / rounds).max(10);
+    let mut hs: Vec<Vec<Histogram<u64>>> = patterns
+        .iter()
+        .map(|_| Wait::ALL.iter().map(|_| new_histogram()).collect())
+        .collect();
+    for _ in 0..rounds {
+        for (p, &(nested, backends)) in patterns.iter().enumerate() {
+            for (i, &wait) in Wait::ALL.iter().enumerate() {
+                hs[p][i].add(nested_udp(nested, backends, per, per / 10, wait)?)?;
+            }
+        }
+    }
+    let us = |h: &Histogram<u64>, q: f64| (h.value_at_quantile(q) as f64 / 10.0).round() / 100.0;
+    Ok(patterns
+        .iter()
+        .zip(&hs)
+        .map(|(&(nested, backends), by_wait)| {
+            let (wait, h) = Wait::ALL
+                .iter()
+                .zip(by_wait)
+                .min_by_key(|(_, h)| h.value_at_quantile(0.5))
+                .expect("three ways");
+            FloorRow {
+                nested,
+                backends,
+                wait: *wait,
+                p50_us: us(h, 0.5),
+                p99_us: us(h, 0.99),
+            }
+        })
+        .collect())
+}
+
+/// The round trip of `(nested, backends)` among `rows`, µs at p50.
+pub fn p50_of(rows: &[FloorRow], nested: u32, backends: usize) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.nested == nested && r.backends == backends)
+        .map(|r| r.p50_us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pattern_and_way_of_waiting_completes_its_calls() {
+        for wait in Wait::ALL {
+            for (nested, backends) in [(0, 1), (1, 1), (3, 1), (3, 3)] {
+                let h = nested_udp(nested, backends, 50, 5, wait).unwrap();
+                assert_eq!(h.len(), 50, "{nested} nested, {wait:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn more_nested_calls_take_longer_than_an_echo() {
+        let rows = measure(&[(0, 1), (3, 3)], 400, 2).unwrap();
+        let echo = p50_of(&rows, 0, 1).unwrap();
+        let write = p50_of(&rows, 3, 3).unwrap();
+        assert!(write > echo, "3 nested {write} us, echo {echo} us");
+    }
+}

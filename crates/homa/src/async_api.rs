@@ -287,7 +287,7 @@ impl Shared {
         let end = now.saturating_add(self.async_poll_ns);
         let mut found = false;
         let mut polite = crate::handoff::Politeness::default();
-        polite.passed(now);
+        polite.passed(now, false);
         while !self.is_shut() {
             self.poll_politely(&mut polite, now);
             now = self.drive_once().unwrap_or_else(|| self.now_ns());

@@ -81,6 +81,90 @@ pub struct FloorRow {
     pub wait: Wait,
     pub p50_us: f64,
     pub p99_us: f64,
+    /// The round trip of an ideal schedule: every thread on a core of its
+    /// own (no waiting for a CPU, no wake-ups) and nothing but this
+    /// machine's measured cost of sending and of receiving one datagram
+    /// ([`SyscallCosts`], [`ideal_ns`]).
+    pub ideal_us: f64,
+}
+
+/// What one 100-byte datagram costs the thread that sends it and the
+/// thread that receives it on loopback, ns (medians). On loopback the
+/// sender's system call also does the receiving side's protocol work up to
+/// the socket's queue, which is why a send costs several times a receive.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct SyscallCosts {
+    pub send_ns: f64,
+    pub recv_ns: f64,
+}
+
+/// Measures [`SyscallCosts`]: `count` datagrams sent by one thread to a
+/// socket that a second thread busy-polls (as in the patterns).
+pub fn syscall_costs(count: u64) -> anyhow::Result<SyscallCosts> {
+    let rx = bind()?;
+    let to = rx.local_addr()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let reader = spawn("floor-reader", move || {
+        let mut buf = [0u8; 2048];
+        let mut took = new_histogram();
+        while !st.load(Ordering::Relaxed) {
+            let t0 = Instant::now();
+            if rx.recv_from(&mut buf).is_ok() {
+                record(&mut took, t0.elapsed().as_nanos() as u64);
+            }
+        }
+        Ok(took.value_at_quantile(0.5))
+    })?;
+    let tx = bind()?;
+    let msg = [7u8; SIZE];
+    let mut sent = new_histogram();
+    for _ in 0..count {
+        let t0 = Instant::now();
+        tx.send_to(&msg, to)?;
+        record(&mut sent, t0.elapsed().as_nanos() as u64);
+        // Room for the reader to take it before the next one.
+        let pause = Instant::now();
+        while pause.elapsed() < Duration::from_micros(5) {
+            std::hint::spin_loop();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let recv = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("the floor's reader panicked"))??;
+    Ok(SyscallCosts {
+        send_ns: sent.value_at_quantile(0.5) as f64,
+        recv_ns: recv as f64,
+    })
+}
+
+/// The round trip of the pattern under an ideal schedule: each thread on
+/// its own core, a datagram visible to its receiver when its sender's
+/// system call returns, nothing else costing time. The front sends its
+/// `nested` requests one after another; each backend answers its requests
+/// in turn as they arrive; the front answers the client after the last
+/// answer. An echo (`nested` 0) is one send and one receive each way.
+pub fn ideal_ns(nested: u32, backends: usize, c: SyscallCosts) -> f64 {
+    let (send, recv) = (c.send_ns, c.recv_ns);
+    // The request is in the front's hands.
+    let front = send + recv;
+    let mut backend_free = vec![0.0f64; backends.max(1)];
+    let mut last_answer: f64 = front;
+    for i in 0..nested as usize {
+        let arrives = front + (i as f64 + 1.0) * send;
+        let b = i % backend_free.len();
+        let done = backend_free[b].max(arrives) + recv + send;
+        backend_free[b] = done;
+        last_answer = last_answer.max(done);
+    }
+    let front_done = if nested == 0 {
+        front
+    } else {
+        // Every answer is received by the front; the last one ends it.
+        last_answer.max(front + nested as f64 * send) + recv
+    };
+    front_done + send + recv
 }
 
 /// The sequence number every datagram of one client call carries, so that a
@@ -95,11 +179,11 @@ fn bind() -> std::io::Result<UdpSocket> {
     Ok(s)
 }
 
-/// Runs `f` on a named thread that ends when `stop` is set.
-fn spawn(
+/// Runs `f` on a thread named `name`.
+fn spawn<T: Send + 'static>(
     name: &str,
-    f: impl FnOnce() -> std::io::Result<()> + Send + 'static,
-) -> std::io::Result<std::thread::JoinHandle<std::io::Result<()>>> {
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<std::io::Result<T>>> {
     std::thread::Builder::new().name(name.into()).spawn(f)
 }
 
@@ -233,6 +317,7 @@ pub fn measure(
         }
     }
     let us = |h: &Histogram<u64>, q: f64| (h.value_at_quantile(q) as f64 / 10.0).round() / 100.0;
+    let costs = syscall_costs(2_000)?;
     Ok(patterns
         .iter()
         .zip(&hs)
@@ -248,6 +333,7 @@ pub fn measure(
                 wait: *wait,
                 p50_us: us(h, 0.5),
                 p99_us: us(h, 0.99),
+                ideal_us: (ideal_ns(nested, backends, costs) / 10.0).round() / 100.0,
             }
         })
         .collect())
@@ -272,6 +358,29 @@ mod tests {
                 assert_eq!(h.len(), 50, "{nested} nested, {wait:?}");
             }
         }
+    }
+
+    #[test]
+    fn the_ideal_schedule_adds_up_the_critical_path() {
+        let c = SyscallCosts {
+            send_ns: 3.0,
+            recv_ns: 0.5,
+        };
+        // Echo: a send and a receive each way.
+        assert_eq!(ideal_ns(0, 1, c), 7.0);
+        // One nested call: four hops.
+        assert_eq!(ideal_ns(1, 1, c), 14.0);
+        // Three to one backend: it answers them in turn, each as it comes
+        // (it is slower than the front's sends, so it decides).
+        assert_eq!(ideal_ns(3, 1, c), 3.5 + 3.0 + 3.0 * 3.5 + 0.5 + 3.5);
+        // Three to three backends: the front's three sends decide.
+        assert_eq!(ideal_ns(3, 3, c), 3.5 + 9.0 + 3.5 + 0.5 + 3.5);
+    }
+
+    #[test]
+    fn sending_costs_something_and_receiving_too() {
+        let c = syscall_costs(200).unwrap();
+        assert!(c.send_ns > 0.0 && c.recv_ns > 0.0, "{c:?}");
     }
 
     #[test]

@@ -605,13 +605,16 @@ pub fn print_ratios(r: &RpcReport) {
         .max_by_key(|f| f.nested);
     if let (Some(one), Some(wide)) = (one, wide) {
         println!(
-            "fan-out floor (raw UDP threads, no transport; fastest wait {} / {}): {} nested / 1 nested p50 {:.2}x ({:.2} / {:.2} us)",
+            "fan-out floor (raw UDP threads, no transport; fastest wait {} / {}): {} nested / 1 nested p50 {:.2}x ({:.2} / {:.2} us); ideal schedule, a core per thread: {:.2}x ({:.2} / {:.2} us)",
             wide.wait.name(),
             one.wait.name(),
             wide.nested,
             wide.p50_us / one.p50_us,
             wide.p50_us,
-            one.p50_us
+            one.p50_us,
+            wide.ideal_us / one.ideal_us,
+            wide.ideal_us,
+            one.ideal_us
         );
     }
 }

@@ -128,17 +128,18 @@ pub fn run(args: KvBenchArgs) -> anyhow::Result<()> {
     }
     for f in &report.floor {
         println!(
-            "floor, raw UDP threads ({} nested to {} backends, fastest wait {}): p50 {:.2} us, p99 {:.2} us",
+            "floor, raw UDP threads ({} nested to {} backends, fastest wait {}): p50 {:.2} us, p99 {:.2} us; ideal schedule {:.2} us",
             f.nested,
             f.backends,
             f.wait.name(),
             f.p50_us,
-            f.p99_us
+            f.p99_us,
+            f.ideal_us
         );
     }
-    if let Some((what, ratio)) = bench::floor_ratio(&report) {
+    if let Some((what, ratio, ideal)) = bench::floor_ratio(&report) {
         println!(
-            "{what}: {ratio:.2} (what the goal's 2.5 is on this machine without any transport)"
+            "{what}: {ratio:.2}, ideal schedule {ideal:.2} (the goal's 2.5 on this machine without any transport)"
         );
     }
     Ok(())

@@ -432,14 +432,16 @@ pub fn measure(b: &KvBench) -> anyhow::Result<Report> {
 }
 
 /// The write goal's ratio as the floor gives it: the write pattern with R
-/// backups over raw UDP threads against their echo (`None` without a floor).
-pub fn floor_ratio(r: &Report) -> Option<(String, f64)> {
+/// backups over raw UDP threads against their echo, measured and under
+/// the ideal schedule (`None` without a floor).
+pub fn floor_ratio(r: &Report) -> Option<(String, f64, f64)> {
     let replicas = r.rows.iter().find(|x| x.op == "write")?.replicas;
-    let echo = homa_bench::floor::p50_of(&r.floor, 0, 1)?;
-    let write = homa_bench::floor::p50_of(&r.floor, replicas as u32, replicas)?;
+    let find = |n: u32, b: usize| r.floor.iter().find(|f| f.nested == n && f.backends == b);
+    let (echo, write) = (find(0, 1)?, find(replicas as u32, replicas)?);
     Some((
         format!("floor: write pattern R={replicas} p50 / echo p50, raw UDP threads"),
-        write / echo,
+        write.p50_us / echo.p50_us,
+        write.ideal_us / echo.ideal_us,
     ))
 }
 

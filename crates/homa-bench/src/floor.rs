@@ -104,7 +104,8 @@ pub fn syscall_costs(count: u64) -> anyhow::Result<SyscallCosts> {
     let rx = bind()?;
     let to = rx.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
-    let st = stop.clone();
+    let got = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (st, gt) = (stop.clone(), got.clone());
     let reader = spawn("floor-reader", move || {
         let mut buf = [0u8; 2048];
         let mut took = new_histogram();
@@ -112,9 +113,10 @@ pub fn syscall_costs(count: u64) -> anyhow::Result<SyscallCosts> {
             let t0 = Instant::now();
             if rx.recv_from(&mut buf).is_ok() {
                 record(&mut took, t0.elapsed().as_nanos() as u64);
+                gt.fetch_add(1, Ordering::Relaxed);
             }
         }
-        Ok(took.value_at_quantile(0.5))
+        Ok(took)
     })?;
     let tx = bind()?;
     let msg = [7u8; SIZE];
@@ -129,13 +131,19 @@ pub fn syscall_costs(count: u64) -> anyhow::Result<SyscallCosts> {
             std::hint::spin_loop();
         }
     }
+    // The reader may be behind (a busy machine): let it catch up.
+    let give_up = Instant::now() + Duration::from_secs(2);
+    while got.load(Ordering::Relaxed) < count && Instant::now() < give_up {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     stop.store(true, Ordering::Relaxed);
     let recv = reader
         .join()
         .map_err(|_| anyhow::anyhow!("the floor's reader panicked"))??;
+    anyhow::ensure!(!recv.is_empty(), "the floor's reader received nothing");
     Ok(SyscallCosts {
         send_ns: sent.value_at_quantile(0.5) as f64,
-        recv_ns: recv as f64,
+        recv_ns: recv.value_at_quantile(0.5) as f64,
     })
 }
 

@@ -48,10 +48,13 @@ impl Default for ClusterSpec {
 
 /// The running store.
 pub struct LocalCluster {
-    spec: ClusterSpec,
-    coordinator: Running,
-    backups: Vec<Option<Running>>,
+    // Dropped in this order: the masters stop before their backups (a
+    // master that outlives a backup replaces it, and says so) and the
+    // coordinator last.
     masters: Vec<Option<Running>>,
+    backups: Vec<Option<Running>>,
+    coordinator: Running,
+    spec: ClusterSpec,
 }
 
 fn loopback() -> SocketAddr {

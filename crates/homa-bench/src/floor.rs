@@ -333,6 +333,82 @@ pub fn measure(
         .collect())
 }
 
+/// 100-byte echoes beside a bulk transfer, with no transport: the echo
+/// pattern (`nested` 0) timed alone and while two more threads move 64 KB
+/// datagrams as fast as they can (a writer that never waits, a reader
+/// that waits the same way as the echo's threads), for one way of waiting.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct BesideRow {
+    pub wait: Wait,
+    pub alone_p50_us: f64,
+    pub alone_p99_us: f64,
+    pub beside_p50_us: f64,
+    pub beside_p99_us: f64,
+    /// What the reader received meanwhile, Gbit/s.
+    pub bulk_gbps: f64,
+}
+
+/// Datagrams of the bulk transfer beside the echoes (fits loopback's MTU).
+const BULK: usize = 65_000;
+
+/// [`BesideRow`]s for every way of waiting, `count` echoes each way.
+pub fn echoes_beside_bulk(count: u64) -> anyhow::Result<Vec<BesideRow>> {
+    let us = |h: &Histogram<u64>, q: f64| (h.value_at_quantile(q) as f64 / 10.0).round() / 100.0;
+    let mut rows = Vec::new();
+    for wait in Wait::ALL {
+        let alone = nested_udp(0, 1, count, count / 10, wait)?;
+        let sink = bind()?;
+        let to = sink.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let got = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (st, gt) = (stop.clone(), got.clone());
+        let reader = spawn("floor-bulk-reader", move || {
+            let mut buf = vec![0u8; BULK + 1];
+            let w = wait.waiting(Some(&st), None);
+            loop {
+                match udp_recv(&sink, &mut buf, w) {
+                    Ok((n, _)) => {
+                        gt.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                    Err(e) if stopped(&e) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+        })?;
+        let st = stop.clone();
+        let writer = spawn("floor-bulk-writer", move || {
+            let tx = UdpSocket::bind("127.0.0.1:0")?;
+            let chunk = vec![1u8; BULK];
+            while !st.load(Ordering::Relaxed) {
+                // A full socket buffer drops the datagram: the writer
+                // goes on, as a transfer without flow control would.
+                let _ = tx.send_to(&chunk, to);
+            }
+            Ok(())
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+        let (t0, b0) = (Instant::now(), got.load(Ordering::Relaxed));
+        let beside = nested_udp(0, 1, count, count / 10, wait);
+        let moved = got.load(Ordering::Relaxed) - b0;
+        let secs = t0.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        for t in [writer, reader] {
+            t.join()
+                .map_err(|_| anyhow::anyhow!("a floor bulk thread panicked"))??;
+        }
+        let beside = beside?;
+        rows.push(BesideRow {
+            wait,
+            alone_p50_us: us(&alone, 0.5),
+            alone_p99_us: us(&alone, 0.99),
+            beside_p50_us: us(&beside, 0.5),
+            beside_p99_us: us(&beside, 0.99),
+            bulk_gbps: (moved as f64 * 8.0 / secs / 1e9 * 100.0).round() / 100.0,
+        });
+    }
+    Ok(rows)
+}
+
 /// The round trip of `(nested, backends)` among `rows`, µs at p50.
 pub fn p50_of(rows: &[FloorRow], nested: u32, backends: usize) -> Option<f64> {
     rows.iter()
@@ -386,6 +462,17 @@ mod tests {
     fn sending_costs_something_and_receiving_too() {
         let c = syscall_costs(200).unwrap();
         assert!(c.send_ns > 0.0 && c.recv_ns > 0.0, "{c:?}");
+    }
+
+    #[test]
+    fn echoes_beside_a_bulk_transfer_are_timed_every_way() {
+        let rows = echoes_beside_bulk(100).unwrap();
+        assert_eq!(rows.len(), 3);
+        assert!(
+            rows.iter()
+                .all(|r| r.bulk_gbps > 0.0 && r.beside_p50_us > 0.0),
+            "{rows:?}"
+        );
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub struct HomaOpts {
     /// pacer_bypass_bytes, resend_interval_us, rpc_timeout_ms, tombstone_us,
     /// max_message_length, pool_mb, checksum (0/1), max_client_rpcs,
     /// max_server_rpcs_per_peer, max_peers; streams: stream_window_bytes,
-    /// max_streams, stream_share_permille; RTT and windows
+    /// max_streams, stream_share_permille, stream_yield_bytes; RTT and windows
     /// (docs/congestion.md): measure_rtt (0/1), adaptive_windows (0/1),
     /// rtt_high_factor, rtt_grant_factor, unsched_ratio_permille,
     /// grant_covers_foreign_queue (0/1), smoothed_signal (0: latest
@@ -146,6 +146,7 @@ pub fn set_engine_param(c: &mut homa::EngineConfig, kv: &str) -> anyhow::Result<
         "max_server_rpcs_per_peer" => c.max_server_rpcs_per_peer = n as usize,
         "max_peers" => c.max_peers = n as usize,
         "stream_window_bytes" => c.stream_window_bytes = n as u32,
+        "stream_yield_bytes" => c.stream_yield_bytes = Some(n as u32),
         "max_streams" => c.max_streams = n as usize,
         "stream_share_permille" => c.stream_share_permille = n as u32,
         "measure_rtt" => c.measure_rtt = n != 0,

@@ -121,6 +121,14 @@ pub struct Config {
     /// most this much at the reader, and at the writer this much plus the
     /// message being written (`docs/streams.md` §2.3).
     pub stream_window_bytes: u32,
+    /// A stream's credit beyond what its reader consumed while short
+    /// messages (sent whole unscheduled) arrive at this endpoint, in the
+    /// [`crate::stream::STREAM_YIELD_NS`] after each: they share the
+    /// receiver's socket with the stream's bytes and land behind every
+    /// byte already credited (`docs/streams.md` §2.2). `None`: derived, a
+    /// quarter of an RTT of whole packets, at least one packet
+    /// ([`Self::effective_stream_yield_bytes`]); 0: streams never yield.
+    pub stream_yield_bytes: Option<u32>,
     /// Most streams open at once (opened here or by peers; closed streams
     /// linger a tombstone time and count).
     pub max_streams: usize,
@@ -403,6 +411,7 @@ impl Default for Config {
             max_message_length: 1_000_000,
             partial_delivery_bytes: u32::MAX,
             stream_window_bytes: 1 << 20,
+            stream_yield_bytes: None,
             max_streams: 65_536,
             stream_share_permille: 100,
             max_server_rpcs_per_peer: 10_000,
@@ -677,6 +686,19 @@ impl Config {
     pub fn effective_unsched_bytes(&self) -> u32 {
         self.unsched_bytes
             .unwrap_or_else(|| self.rtt_packet_bytes())
+    }
+    /// [`Self::stream_yield_bytes`], or, unset, a quarter of one RTT of
+    /// bytes rounded up to whole full packets, at least one packet: enough
+    /// to keep a stream moving at a quarter of the link while short
+    /// messages come first (0: never yield).
+    pub fn effective_stream_yield_bytes(&self) -> u32 {
+        self.stream_yield_bytes.unwrap_or_else(|| {
+            let dpp = self.max_data_per_packet().max(1) as u32;
+            (self.rtt_bytes() / 4)
+                .div_ceil(dpp)
+                .max(1)
+                .saturating_mul(dpp)
+        })
     }
     /// Scheduled bytes granted ahead of what arrived: `grant_window`, or one
     /// RTT of whole packets when unset; at least one packet.
@@ -961,6 +983,8 @@ impl Config {
 pub(crate) struct Derived {
     data_per_packet: u32,
     unsched_bytes: u32,
+    /// `Config::effective_stream_yield_bytes`.
+    stream_yield_bytes: u32,
     top_priority: u8,
     /// `Config::measure_rtt`, or adaptive windows.
     measure_rtt: bool,
@@ -986,6 +1010,7 @@ impl Derived {
         Derived {
             data_per_packet: config.max_data_per_packet() as u32,
             unsched_bytes: config.effective_unsched_bytes(),
+            stream_yield_bytes: config.effective_stream_yield_bytes(),
             top_priority: config.priority_levels - 1,
             measure_rtt: config.measure_rtt || config.window_policy == WindowPolicy::Adaptive,
             adaptive: config.window_policy == WindowPolicy::Adaptive,
@@ -1050,6 +1075,13 @@ impl Derived {
     #[inline(always)]
     pub fn unsched_bytes(&self) -> u32 {
         self.unsched_bytes
+    }
+
+    /// A stream's credit window while short messages arrive
+    /// (`Config::effective_stream_yield_bytes`; 0: streams never yield).
+    #[inline(always)]
+    pub fn stream_yield_bytes(&self) -> u32 {
+        self.stream_yield_bytes
     }
 
     /// The highest priority level: control packets, and RESENDs of a

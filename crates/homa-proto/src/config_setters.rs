@@ -132,6 +132,9 @@ setters! {
     plain with_partial_delivery_bytes(partial_delivery_bytes: u32) = u32::MAX;
     /// A stream's receive window (credit beyond what the reader has read).
     plain with_stream_window_bytes(stream_window_bytes: u32) = 1 << 20;
+    /// A stream's credit window while short messages arrive (`None`:
+    /// derived, a quarter RTT of whole packets; 0: never yield).
+    opt with_stream_yield_bytes(stream_yield_bytes: Option<u32>) = None;
     /// Most streams open at once.
     plain with_max_streams(max_streams: usize) = 65_536;
     /// The least share (per mille) of packets for streams behind shorter messages.

@@ -49,6 +49,7 @@ impl Endpoint {
         h: &DataHeader,
         payload: DataPayload<'_>,
     ) {
+        self.note_message_arrival(now, h.message_length);
         // A piggybacked ACK counts even if this packet itself is refused: the
         // client has already let go of it.
         if c.from_client && h.ack != 0 && h.ack != c.rpc_id {

@@ -463,6 +463,10 @@ pub(crate) struct Streams {
     pub next_tick: Time,
     /// The next keep-alive scan of every stream.
     next_scan: Time,
+    /// When a packet of a short message (one sent whole unscheduled) last
+    /// arrived here: while that is recent, streams are credited less
+    /// ([`Endpoint::stream_credit_window`]).
+    short_seen: Option<Time>,
 }
 
 impl Streams {
@@ -472,6 +476,7 @@ impl Streams {
             rotation: VecDeque::new(),
             active: BTreeSet::new(),
             debt: 0,
+            short_seen: None,
             next_seq: crate::splitmix64(seed ^ 0x5354_5245_414d).max(1),
             next_tick: Time::MAX,
             next_scan: Time::MAX,
@@ -525,9 +530,41 @@ fn credit_body(s: &Stream, window: u64, probe: bool, ask: bool) -> wire::StreamC
     }
 }
 
+/// How long after a short message arrived the streams arriving here stay
+/// on the smaller credit window ([`Endpoint::stream_credit_window`]).
+pub const STREAM_YIELD_NS: Time = 1_000_000;
+
 impl Endpoint {
     fn stream_window(&self) -> u64 {
         self.config.stream_window_bytes as u64
+    }
+
+    /// Notes a packet of a message of `len` bytes arriving (any RPC's
+    /// DATA): a short one makes the streams here yield.
+    pub(crate) fn note_message_arrival(&mut self, now: Time, len: u32) {
+        if len <= self.derived.unsched_bytes() {
+            self.streams.short_seen = Some(now);
+        }
+    }
+
+    /// The credit this endpoint gives a stream it reads, beyond what its
+    /// reader consumed. A stream's bytes and the short messages that
+    /// arrive here share one socket, in arrival order: a request lands
+    /// behind every stream byte already credited (on loopback a 1 MiB
+    /// window held 100 B requests for milliseconds, docs/streams.md §2.2).
+    /// So while a short message has arrived in the last
+    /// [`STREAM_YIELD_NS`], each stream is credited at most
+    /// `Config::effective_stream_yield_bytes` beyond what was read, and
+    /// the whole window otherwise. Credit already given stands.
+    fn stream_credit_window(&self, now: Time) -> u64 {
+        let window = self.stream_window();
+        let yield_bytes = self.derived.stream_yield_bytes() as u64;
+        match self.streams.short_seen {
+            Some(t) if yield_bytes > 0 && now < t.saturating_add(STREAM_YIELD_NS) => {
+                window.min(yield_bytes)
+            }
+            _ => window,
+        }
     }
 
     /// Opens a stream to `peer`. Nothing is sent until the first
@@ -645,7 +682,7 @@ impl Endpoint {
     /// returned.
     pub fn stream_recv(&mut self, now: Time, sid: StreamId) -> Result<StreamRead, StreamError> {
         self.note_time(now);
-        let window = self.stream_window();
+        let window = self.stream_credit_window(now);
         let s = self
             .streams
             .table
@@ -665,7 +702,7 @@ impl Endpoint {
             if s.phase == Phase::Live
                 && !s.rx.credit_queued
                 && s.rx.fin_at.is_none()
-                && credit - s.rx.credit_sent >= window / 4
+                && credit.saturating_sub(s.rx.credit_sent) >= window / 4
             {
                 s.rx.credit_queued = true;
                 self.queue_stream_credit(sid);
@@ -852,7 +889,7 @@ impl Endpoint {
             id: c.rpc_id,
             opener: c.from_client,
         };
-        let window = self.stream_window();
+        let window = self.stream_credit_window(now);
         let s = self.streams.table.get_mut(&sid)?;
         if let Phase::Failed(_) = s.phase {
             return None;
@@ -924,7 +961,7 @@ impl Endpoint {
         buf: &mut Vec<u8>,
     ) -> crate::endpoint::Transmit {
         let room = self.config.max_packet_size - wire::STREAM_DATA_OVERHEAD;
-        let window = self.stream_window();
+        let window = self.stream_credit_window(now);
         let pk = self.peers.find(sid.peer);
         let rank32 = rank.min(u32::MAX as u64) as u32;
         let priority = if rank > self.derived.unsched_bytes() as u64 {
@@ -1551,6 +1588,56 @@ mod tests {
         let w = Endpoint::new(cfg.clone().with_rpc_id_seed(1), 0).unwrap();
         let r = Endpoint::new(cfg.with_rpc_id_seed(2), 0).unwrap();
         (a, b, w, r)
+    }
+
+    /// While short messages arrive, the streams read here are credited
+    /// the yield bytes beyond what was read; a long message does not count,
+    /// and the full window is back `STREAM_YIELD_NS` after the last short
+    /// one.
+    #[test]
+    fn streams_are_credited_less_while_short_messages_arrive() {
+        use super::STREAM_YIELD_NS;
+        let (_, _, _, mut r) = writer_and_reader(1_500, 10_000);
+        let window = r.config.stream_window_bytes as u64;
+        let yield_bytes = r.derived.stream_yield_bytes() as u64;
+        assert!(yield_bytes > 0 && yield_bytes < window, "{yield_bytes}");
+        assert_eq!(r.stream_credit_window(0), window);
+        r.note_message_arrival(1_000, 100);
+        assert_eq!(r.stream_credit_window(1_000), yield_bytes);
+        assert_eq!(
+            r.stream_credit_window(1_000 + STREAM_YIELD_NS - 1),
+            yield_bytes
+        );
+        assert_eq!(r.stream_credit_window(1_000 + STREAM_YIELD_NS), window);
+        r.note_message_arrival(5 * STREAM_YIELD_NS, 1_000_000);
+        assert_eq!(r.stream_credit_window(5 * STREAM_YIELD_NS), window);
+    }
+
+    /// The derived yield bytes: a quarter RTT in whole packets, at least
+    /// one; 0 turns yielding off.
+    #[test]
+    fn the_yield_bytes_are_a_quarter_rtt_of_whole_packets() {
+        let c = Config::default();
+        let dpp = c.max_data_per_packet() as u32;
+        let y = c.effective_stream_yield_bytes();
+        assert_eq!(y % dpp, 0);
+        assert!(y >= c.rtt_bytes() / 4 && y < c.rtt_bytes() / 4 + dpp, "{y}");
+        // Loopback's 64 KB packets: one packet.
+        let lo = Config::default()
+            .with_max_packet_size(65_000)
+            .with_link_bps(100_000_000_000);
+        assert_eq!(
+            lo.effective_stream_yield_bytes(),
+            lo.max_data_per_packet() as u32
+        );
+        let off = Config::default().with_stream_yield_bytes(Some(0));
+        let (_, _, _, mut r) = writer_and_reader(1_500, 10_000);
+        r.derived = crate::config::Derived::new(&off);
+        r.note_message_arrival(0, 100);
+        assert_eq!(
+            r.stream_credit_window(0),
+            r.config.stream_window_bytes as u64
+        );
     }
 
     /// A stream with more than the unscheduled bytes ready goes at the

@@ -105,6 +105,10 @@ pub struct RpcsBesideStream {
     pub loaded_cpu_wait_us_per_rpc: f64,
     pub tcp_unloaded_cpu_wait_us_per_rpc: f64,
     pub tcp_loaded_cpu_wait_us_per_rpc: f64,
+    /// The same question with no transport: 100 B UDP echoes between
+    /// threads beside a bulk UDP transfer between two more, for each way
+    /// of waiting ([`crate::floor::echoes_beside_bulk`]).
+    pub floor: Vec<crate::floor::BesideRow>,
 }
 
 /// Nanoseconds this thread has waited runnable for a CPU so far
@@ -652,7 +656,9 @@ fn rpcs_beside_stream(cfg: &homa::EndpointConfig, iters: u64) -> anyhow::Result<
         .join()
         .map_err(|_| anyhow::anyhow!("RPC server panicked"))??;
     let tcp = tcp_beside_bulk(iters)?;
+    let floor = crate::floor::echoes_beside_bulk(iters)?;
     Ok(RpcsBesideStream {
+        floor,
         unloaded_p50_us: us(&alone, 0.5),
         unloaded_p99_us: us(&alone, 0.99),
         loaded_p50_us: us(&loaded, 0.5),
@@ -776,6 +782,16 @@ pub fn print_ratios(r: &StreamReport) {
             b.tcp_unloaded_p99_us,
             b.tcp_loaded_p99_us / b.tcp_unloaded_p99_us
         );
+        for f in &b.floor {
+            println!(
+                "floor, raw UDP threads waiting by {}: 100 B echoes beside a bulk UDP transfer ({:.1} Gbit/s): p99 {:.1} vs {:.1} us alone ({:.2}x)",
+                f.wait.name(),
+                f.bulk_gbps,
+                f.beside_p99_us,
+                f.alone_p99_us,
+                f.beside_p99_us / f.alone_p99_us
+            );
+        }
         println!(
             "RPC client thread waiting for a CPU, us per RPC: Homa {:.2} alone, {:.2} beside the stream; TCP {:.2} alone, {:.2} beside the bulk connection",
             b.unloaded_cpu_wait_us_per_rpc,

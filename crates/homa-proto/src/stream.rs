@@ -1666,13 +1666,24 @@ mod tests {
         // The reader's credit (its window) lets 200,000 written bytes
         // rank as a long message.
         r.handle_datagram(1, a, &buf[..t.len]);
+        assert_eq!(credit_then_write_long(&mut w, &mut r, b, sid), 0);
+    }
+
+    /// The reader's answers reach the writer, which then writes 200,000
+    /// bytes: the priority of its next packet.
+    fn credit_then_write_long(
+        w: &mut Endpoint,
+        r: &mut Endpoint,
+        b: SocketAddr,
+        sid: crate::StreamId,
+    ) -> u8 {
+        let mut buf = Vec::new();
         while let Some(t) = r.poll_transmit(2, &mut buf) {
             w.handle_datagram(3, b, &buf[..t.len]);
         }
         w.stream_send(4, sid, Bytes::from(vec![1u8; 200_000]))
             .unwrap();
-        let t = w.poll_transmit(4, &mut buf).unwrap();
-        assert_eq!(t.priority, 0);
+        w.poll_transmit(4, &mut buf).unwrap().priority
     }
 
     /// A stream whose reader yields (credit a packet's worth at a time)
@@ -1694,13 +1705,7 @@ mod tests {
             other => panic!("{other:?}"),
         };
         while let Ok(StreamRead::Data { .. }) = r.stream_recv(2, rsid) {}
-        while let Some(t) = r.poll_transmit(2, &mut buf) {
-            w.handle_datagram(3, b, &buf[..t.len]);
-        }
-        w.stream_send(4, sid, Bytes::from(vec![1u8; 200_000]))
-            .unwrap();
-        let t = w.poll_transmit(4, &mut buf).unwrap();
-        assert_eq!(t.priority, 0);
+        assert_eq!(credit_then_write_long(&mut w, &mut r, b, sid), 0);
     }
 
     /// A stream packet received straight into the reader's buffer

@@ -46,8 +46,8 @@ pub struct StreamBench {
     pub idle_streams: usize,
     /// 100 B RPCs timed alone and beside a saturating stream (0: skip).
     pub beside_iters: u64,
-    /// Latency measurements alternate between transports in this many
-    /// rounds.
+    /// Transfers and latency measurements alternate between transports in
+    /// this many rounds.
     pub rounds: u64,
     pub homa: homa::EndpointConfig,
     pub poll: Duration,
@@ -186,6 +186,37 @@ fn latencies(
     Ok(hs)
 }
 
+/// Every transport's transfer of `n` chunks of `chunk` bytes, in
+/// `b.rounds` turns (each a transfer of its share on a new stream or
+/// connection), as [`latencies`] does for round trips: the machine's slow
+/// moments fall on all of them alike. Returns chunks moved and seconds
+/// taken per transport, in `b.transports`' order.
+fn transfers(b: &StreamBench, chunk: usize, n: u64) -> anyhow::Result<Vec<(u64, f64)>> {
+    let mut moved = vec![(0u64, 0f64); b.transports.len()];
+    let rounds = b.rounds.max(1);
+    for r in 0..rounds {
+        let share = crate::echo::round_share(n, rounds, r).max(1);
+        for (t, m) in b.transports.iter().zip(moved.iter_mut()) {
+            say(
+                b.progress,
+                &format!(
+                    "{t}: {share} chunks of {chunk} B (round {} of {rounds})",
+                    r + 1
+                ),
+            );
+            let secs = match t.as_str() {
+                "homa-stream" => homa_stream_transfer(&b.homa, chunk, share)?,
+                "tcp" => tcp_transfer(chunk, share, b.poll)?,
+                "homa-rpc" => homa_rpc_transfer(&b.homa, chunk, share, b.rpc_window)?,
+                other => anyhow::bail!("unknown transport {other} (homa-stream, tcp, homa-rpc)"),
+            };
+            m.0 += share;
+            m.1 += secs;
+        }
+    }
+    Ok(moved)
+}
+
 pub fn measure(b: &StreamBench) -> anyhow::Result<StreamReport> {
     let mut rows = Vec::new();
     for &chunk in &b.chunks {
@@ -199,22 +230,16 @@ pub fn measure(b: &StreamBench) -> anyhow::Result<StreamReport> {
         };
         say(b.progress, &format!("echoes of one {chunk} B chunk"));
         let lats = latencies(b, chunk, iters, false)?;
-        for (t, lat) in b.transports.iter().zip(&lats) {
-            say(b.progress, &format!("{t}: {n} chunks of {chunk} B"));
-            let secs = match t.as_str() {
-                "homa-stream" => homa_stream_transfer(&b.homa, chunk, n)?,
-                "tcp" => tcp_transfer(chunk, n, b.poll)?,
-                "homa-rpc" => homa_rpc_transfer(&b.homa, chunk, n, b.rpc_window)?,
-                other => anyhow::bail!("unknown transport {other} (homa-stream, tcp, homa-rpc)"),
-            };
-            let bytes = n * chunk as u64;
+        let moved = transfers(b, chunk, n)?;
+        for ((t, lat), (chunks, secs)) in b.transports.iter().zip(&lats).zip(moved) {
+            let bytes = chunks * chunk as u64;
             rows.push(StreamRow {
                 transport: t.clone(),
                 mode: "transfer".into(),
                 chunk_bytes: chunk,
                 bytes: Some(bytes),
                 gbps: Some((bytes as f64 * 8.0 / secs / 1e9 * 1000.0).round() / 1000.0),
-                chunks_per_sec: Some((n as f64 / secs).round()),
+                chunks_per_sec: Some((chunks as f64 / secs).round()),
                 p50_us: us(lat, 0.5),
                 p99_us: us(lat, 0.99),
             });

@@ -37,9 +37,9 @@ pub struct StreamBenchArgs {
     /// 100 B RPCs timed alone and beside a saturating stream (0: skip).
     #[arg(long, default_value_t = 5_000)]
     pub beside_iters: u64,
-    /// Latency measurements (chunk echoes, echoes as they arrive) take turns
-    /// between the transports in this many rounds, so that a change in the
-    /// machine's speed during the run affects them alike.
+    /// Measurements (transfers, chunk echoes, echoes as they arrive) take
+    /// turns between the transports in this many rounds, so that a change in
+    /// the machine's speed during the run affects them alike.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub rounds: u64,
     /// Transports, comma-separated: homa-stream, tcp, homa-rpc.

@@ -67,7 +67,8 @@ pub struct EndpointConfig {
     /// after it sent packets and every [`POLL_YIELD_EVERY`] of polling, so
     /// that a thread woken on its CPU (a receiver its send woke on
     /// loopback, or any thread when more threads poll than there are
-    /// cores) runs within microseconds instead of after the poll period.
+    /// cores) runs within microseconds instead of after the poll period;
+    /// and after bulk stream reads and writes while the CPU is wanted.
     /// Costs ~0.5 µs per yield when nobody else wants the CPU. Default:
     /// `true`; off only for measuring what it changes (docs/runtime.md,
     /// "Polling politely").

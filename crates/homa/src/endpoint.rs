@@ -48,7 +48,8 @@ pub struct RuntimeStats {
     /// Times the background thread ran the engine.
     pub background_drives: u64,
     /// CPU yields of busy-polling threads, after a send or every
-    /// [`POLL_YIELD_EVERY`](crate::POLL_YIELD_EVERY) of polling
+    /// [`POLL_YIELD_EVERY`](crate::POLL_YIELD_EVERY) of polling, and of
+    /// threads after bulk stream reads and writes (16 KB or more)
     /// ([`EndpointConfig::poll_yield`](crate::EndpointConfig::poll_yield)).
     pub poll_yields: u64,
     /// Times a polling thread moved itself to another CPU because its

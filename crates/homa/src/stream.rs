@@ -245,6 +245,9 @@ impl Stream {
             self.shared
                 .wait_flag(&self.signals.writable, &self.signals.write_notify)?;
         }
+        if message.len() >= crate::handoff::BULK_BYTES {
+            self.shared.give_way();
+        }
         Ok(())
     }
 
@@ -295,6 +298,11 @@ impl Stream {
             // of an echo at each end).
             if self.signals.readable.load(Acquire) {
                 if let Ok(c) = self.try_recv()? {
+                    if c.as_ref()
+                        .is_some_and(|c| c.bytes.len() >= crate::handoff::BULK_BYTES)
+                    {
+                        self.shared.give_way();
+                    }
                     return Ok(c);
                 }
             }

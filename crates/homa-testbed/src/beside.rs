@@ -232,7 +232,8 @@ fn homa_side(tb: &Testbed, cfg: &BesideConfig) -> Result<Side> {
     let server_addr = SocketAddr::new(host_addr(0).into(), HOMA_PORT);
     let c = hc.clone();
     let server = run_in(&tb.ns(0), move || {
-        Endpoint::bind_with(server_addr, c).map_err(|e| Error::bench(e.to_string()))
+        homa_bench::node::homa_node::bind_server(server_addr, &c)
+            .map_err(|e| Error::bench(e.to_string()))
     })?;
     let srv = server.clone();
     let serve = std::thread::Builder::new()

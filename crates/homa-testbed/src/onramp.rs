@@ -39,6 +39,7 @@ use crate::testbed::{host_addr, Testbed, TestbedConfig};
 use crate::{Error, Result};
 use bytes::Bytes;
 use homa::{ClockSkew, Endpoint, EndpointBuilder};
+use homa_bench::node::homa_node::bind_server;
 use homa_bench::node::{run_client, start_server, ClientResult, ClientSpec, ServerSpec, Transport};
 use homa_bench::payload::Payloads;
 use homa_proto::GrantPolicy;
@@ -583,7 +584,7 @@ pub fn run_on(tb: &Testbed, cfg: &OnRampConfig) -> Result<OnRampReport> {
     let (tx, rx) = mpsc::channel::<Arrival>();
     let rx_ep = {
         let (addr, c) = (bg_addrs[0], host_cfg(0));
-        run_in(&tb.ns(0), move || Ok(Endpoint::bind_with(addr, c)?))?
+        run_in(&tb.ns(0), move || Ok(bind_server(addr, &c)?))?
     };
     let receiver = Receiver::start(rx_ep.clone(), bench.server_threads, incast_set, tx)?;
     let mut servers = Servers(Vec::new());
@@ -607,9 +608,9 @@ pub fn run_on(tb: &Testbed, cfg: &OnRampConfig) -> Result<OnRampReport> {
     for (k, addr) in incast_addrs.iter().enumerate() {
         let (host, _) = cfg.sender_slot(k);
         let (addr, c) = (*addr, host_cfg(h + k));
-        senders.0.push(run_in(&tb.ns(host), move || {
-            Ok(Endpoint::bind_with(addr, c)?)
-        })?);
+        senders
+            .0
+            .push(run_in(&tb.ns(host), move || Ok(bind_server(addr, &c)?))?);
     }
 
     let r = run_phase(

@@ -23,6 +23,35 @@ pub fn endpoint_config(transport: Transport, base: &EndpointConfig) -> EndpointC
     c
 }
 
+/// How long a server's bind retries an address still in use.
+const BIND_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Binds a server endpoint at its fixed `addr`, retrying for up to
+/// [`BIND_RETRY_FOR`] while the address is in use. A benchmark starts a
+/// server where it has just stopped one (a probe, then the measured phase),
+/// and in a process with other threads the closed socket can outlive its
+/// `close` by a moment: a child being spawned (`ip`, `tc`) holds a copy of
+/// every descriptor until its `exec`. With UDP no `SO_REUSEADDR` helps (it
+/// would let two live sockets share the port). Measured here in Python: one
+/// thread binding, closing and rebinding a UDP port while another spawned
+/// `true` in a loop got `EADDRINUSE` on 122,996 of 357,930 binds; the
+/// testbed tests, which run in parallel threads that spawn `tc`, failed
+/// that way once in CI (2026-11-27).
+pub fn bind_server(addr: SocketAddr, cfg: &EndpointConfig) -> Result<Endpoint> {
+    let start = Instant::now();
+    loop {
+        match Endpoint::bind_with(addr, cfg.clone()) {
+            Err(homa::Error::Io(e))
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && start.elapsed() < BIND_RETRY_FOR =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            r => return Ok(r?),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Counters {
     requests: AtomicU64,
@@ -35,7 +64,7 @@ pub(crate) fn start_server(spec: &ServerSpec) -> Result<ServerHandle> {
     let mut eps = Vec::new();
     for k in 0..spec.ports {
         let addr = SocketAddr::new(spec.ip, spec.base_port + k as u16);
-        eps.push(Endpoint::bind_with(addr, cfg.clone())?);
+        eps.push(bind_server(addr, &cfg)?);
     }
     let counters = Arc::new(Counters::default());
     let mut threads = Vec::new();
@@ -182,4 +211,26 @@ pub(crate) fn client_port(spec: &ClientSpec, mut sched: Schedule) -> Result<Clie
         }
     }
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_bind_waits_for_an_address_being_released() {
+        let cfg = EndpointConfig::default();
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let old = Endpoint::bind_with(any, cfg.clone()).unwrap();
+        let addr = old.local_addr();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            drop(old);
+        });
+        let start = Instant::now();
+        let ep = bind_server(addr, &cfg).expect("bound once the old socket closed");
+        assert_eq!(ep.local_addr(), addr);
+        assert!(start.elapsed() >= std::time::Duration::from_millis(40));
+        t.join().unwrap();
+    }
 }

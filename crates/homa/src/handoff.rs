@@ -61,7 +61,7 @@ thread_local! {
 
 /// A stream read or write of at least this many bytes is bulk work, after
 /// which the thread gives way ([`Shared::give_way`]).
-pub(crate) const BULK_BYTES: usize = 16 * 1024;
+const BULK_BYTES: usize = 16 * 1024;
 /// Bulk operations between two yields that probe whether the CPU is wanted.
 const BULK_PROBE_EVERY: u32 = 8;
 
@@ -552,11 +552,8 @@ impl Shared {
         if p.received || !p.due(now, take_sent()) {
             return;
         }
-        self.counters.poll_yields.fetch_add(1, Relaxed);
-        let before = self.now_ns();
-        std::thread::yield_now();
-        let after = self.now_ns();
-        if after.saturating_sub(before) > YIELD_SHARED_NS {
+        let (ran_another, after) = self.yield_cpu();
+        if ran_another {
             p.shared += 1;
             if p.shared >= SHARED_YIELDS_BEFORE_MOVE {
                 p.shared = 0;
@@ -568,8 +565,19 @@ impl Shared {
         p.since = Some(after);
     }
 
-    /// After a bulk stream operation (a read or write of at least
-    /// [`BULK_BYTES`]): yields the CPU if the last yield found another
+    /// Yields the CPU (counted in `poll_yields`); returns whether that ran
+    /// another thread (it took longer than [`YIELD_SHARED_NS`]) and the
+    /// time after it.
+    fn yield_cpu(&self) -> (bool, u64) {
+        self.counters.poll_yields.fetch_add(1, Relaxed);
+        let before = self.now_ns();
+        std::thread::yield_now();
+        let after = self.now_ns();
+        (after.saturating_sub(before) > YIELD_SHARED_NS, after)
+    }
+
+    /// After a stream read or write of `bytes`: if that was bulk work (at
+    /// least [`BULK_BYTES`]), yields the CPU if the last yield found another
     /// thread waiting for it, and every [`BULK_PROBE_EVERY`]th time
     /// otherwise, to find out. A stream's reader and writer have work on
     /// nearly every call and never wait, so without this they kept their
@@ -577,8 +585,8 @@ impl Shared {
     /// same machine waited behind them (issue #21: 100 B RPCs beside a
     /// saturating stream, four threads on two cores). Alone, the probe
     /// costs one `sched_yield` (~0.5 µs) per eight operations.
-    pub(crate) fn give_way(&self) {
-        if !self.cfg.poll_yield {
+    pub(crate) fn give_way(&self, bytes: usize) {
+        if bytes < BULK_BYTES || !self.cfg.poll_yield {
             return;
         }
         let (ops, wanted) = BULK.try_with(|b| b.get()).unwrap_or((0, false));
@@ -586,10 +594,7 @@ impl Shared {
             let _ = BULK.try_with(|b| b.set((ops + 1, false)));
             return;
         }
-        self.counters.poll_yields.fetch_add(1, Relaxed);
-        let before = self.now_ns();
-        std::thread::yield_now();
-        let ran_another = self.now_ns().saturating_sub(before) > YIELD_SHARED_NS;
+        let (ran_another, _) = self.yield_cpu();
         let _ = BULK.try_with(|b| b.set((0, ran_another)));
     }
 

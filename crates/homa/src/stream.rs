@@ -245,9 +245,7 @@ impl Stream {
             self.shared
                 .wait_flag(&self.signals.writable, &self.signals.write_notify)?;
         }
-        if message.len() >= crate::handoff::BULK_BYTES {
-            self.shared.give_way();
-        }
+        self.shared.give_way(message.len());
         Ok(())
     }
 
@@ -298,11 +296,8 @@ impl Stream {
             // of an echo at each end).
             if self.signals.readable.load(Acquire) {
                 if let Ok(c) = self.try_recv()? {
-                    if c.as_ref()
-                        .is_some_and(|c| c.bytes.len() >= crate::handoff::BULK_BYTES)
-                    {
-                        self.shared.give_way();
-                    }
+                    self.shared
+                        .give_way(c.as_ref().map_or(0, |c| c.bytes.len()));
                     return Ok(c);
                 }
             }

@@ -241,6 +241,7 @@ impl Stream {
     /// window of earlier bytes is unacknowledged (the peer reads slower).
     pub fn send(&mut self, message: impl Into<Bytes>) -> Result<()> {
         let message = message.into();
+        crate::tt!("stream send {} bytes", message.len());
         while !self.try_send(&message)? {
             self.shared
                 .wait_flag(&self.signals.writable, &self.signals.write_notify)?;
@@ -296,8 +297,9 @@ impl Stream {
             // of an echo at each end).
             if self.signals.readable.load(Acquire) {
                 if let Ok(c) = self.try_recv()? {
-                    self.shared
-                        .give_way(c.as_ref().map_or(0, |c| c.bytes.len()));
+                    let bytes = c.as_ref().map_or(0, |c| c.bytes.len());
+                    crate::tt!("stream read {} bytes", bytes);
+                    self.shared.give_way(bytes);
                     return Ok(c);
                 }
             }

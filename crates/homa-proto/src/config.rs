@@ -72,6 +72,24 @@ pub struct Config {
     /// rule, which lets a larger newcomer's packets overtake an older,
     /// shorter message's; `docs/protocol.md` §4.3).
     pub sched_levels_from_top: bool,
+    /// Keep the highest scheduled level for messages' last window: a grant
+    /// that leaves at most one grant window of a message to grant goes at
+    /// that level, and SRPT ranks take the levels below it (rank 0 the
+    /// second highest). A message that becomes a receiver's shortest
+    /// otherwise sends its last packets at the level where the previous
+    /// shortest still has a window in flight, in the same switch queues,
+    /// and waits behind them (issue #17's W5 deciles 2-6,
+    /// `docs/simulation.md`). Needs at least two scheduled levels.
+    pub sched_tail_level: bool,
+    /// Packets of window beyond `grant_window` for each receiver's
+    /// top-ranked (shortest) message. Under load a packet's round trip is
+    /// longer than the unloaded one the window covers (at 80% load in the
+    /// paper's network, DATA transit 7.5 µs instead of 5.3 and GRANT 3.5
+    /// instead of 2.5), so a message granted one window at a time stalls
+    /// every round trip; the one message the receiver wants at line rate
+    /// gets the slack. Only that one: more window for every message puts
+    /// more bytes at the levels of shorter ones (`docs/simulation.md`).
+    pub lead_window_packets: u32,
     /// Boost the tail: once fewer than this many bytes of a message remain
     /// to be granted, its grants carry the higher of its level by rank and
     /// the unscheduled level of a message of that remaining size. `None`:
@@ -88,6 +106,12 @@ pub struct Config {
     /// Per-mille of transmitted bytes given to the oldest outgoing message
     /// instead of the shortest.
     pub pacer_fifo_permille: u32,
+    /// A message with at most the unscheduled window left to send (it
+    /// needs no grant) goes before pending retransmissions, which otherwise
+    /// go first (`docs/protocol.md` §3.2): a RESEND asks for up to a window
+    /// of packets, and a short message behind them waits that many packet
+    /// times.
+    pub short_before_retransmit: bool,
     /// The NIC queue estimate may be at most this many ns when a packet is
     /// released. `None`: the transmission time of one full-size packet.
     pub max_nic_queue_ns: Option<u64>,
@@ -398,10 +422,13 @@ impl Default for Config {
             max_overcommit: 8,
             grant_policy: GrantPolicy::Srpt,
             sched_levels_from_top: true,
+            sched_tail_level: true,
+            lead_window_packets: 2,
             boost_tail_bytes: Some(0),
             max_incoming: None,
             grant_fifo_permille: 50,
             pacer_fifo_permille: 50,
+            short_before_retransmit: true,
             max_nic_queue_ns: None,
             pacer_bypass_bytes: 1_000,
             resend_interval_ns: None,
@@ -882,6 +909,12 @@ impl Config {
                     "grant increment {increment_bytes} plus the grant window must be below 2^31"
                 ));
             }
+        }
+        if self.lead_window_packets > 1024 {
+            return bad(format!(
+                "lead_window_packets {} is more than 1024 packets",
+                self.lead_window_packets
+            ));
         }
         if self.boost_tail_bytes.is_some_and(|b| b > i32::MAX as u32) {
             return bad("boost_tail_bytes must be below 2^31 (0 turns it off)".into());

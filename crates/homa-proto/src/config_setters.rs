@@ -93,6 +93,12 @@ setters! {
     /// Scheduled levels counted from the top (SRPT rank 0 always gets the
     /// highest scheduled level); false: from the bottom (the paper's rule).
     plain with_sched_levels_from_top(sched_levels_from_top: bool) = true;
+    /// Keep the highest scheduled level for messages' last grant window
+    /// (SRPT ranks start one level below it).
+    plain with_sched_tail_level(sched_tail_level: bool) = true;
+    /// Packets of window beyond the grant window for each receiver's
+    /// top-ranked message.
+    plain with_lead_window_packets(lead_window_packets: u32) = 2;
     /// Grants of a message with fewer bytes than this still to grant carry
     /// at least the unscheduled level of that size; `None`: the grant
     /// window; `Some(0)`: off (the default, measured better).
@@ -104,6 +110,9 @@ setters! {
     plain with_grant_fifo_permille(grant_fifo_permille: u32) = 50;
     /// Per-mille of transmitted bytes that go to the oldest outgoing message.
     plain with_pacer_fifo_permille(pacer_fifo_permille: u32) = 50;
+    /// A message with at most the unscheduled window left goes before
+    /// pending retransmissions.
+    plain with_short_before_retransmit(short_before_retransmit: bool) = true;
     /// Most ns of queued transmission in the NIC when a packet is released;
     /// `None`: one full packet's time. (The UDP runtime's default is 20 µs.)
     opt with_max_nic_queue_ns(max_nic_queue_ns: Option<u64>) = None;

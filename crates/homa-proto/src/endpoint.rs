@@ -363,6 +363,11 @@ impl Endpoint {
                 derived.data_per_packet(),
                 config.pacer_fifo_permille,
                 derived.unsched_bytes(),
+                if config.short_before_retransmit {
+                    derived.unsched_bytes()
+                } else {
+                    0
+                },
             ),
             server_ids: ServerTable::default(),
             peers: Peers::default(),

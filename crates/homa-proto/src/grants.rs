@@ -57,6 +57,10 @@ pub(crate) struct Grants {
     window: u32,
     /// Priority levels for scheduled packets (at least 1).
     sched_levels: u8,
+    /// `Config::sched_tail_level` (with at least two scheduled levels).
+    tail_level: bool,
+    /// `Config::lead_window_packets`, in bytes of full packets.
+    lead_extra: u32,
     /// `Config::sched_levels_from_top`.
     from_top: bool,
     /// `Config::effective_boost_tail_bytes` (0: off).
@@ -104,6 +108,14 @@ impl Grants {
                 .saturating_sub(config.unsched_priorities)
                 .max(1),
             from_top: config.sched_levels_from_top,
+            tail_level: config.sched_tail_level
+                && config
+                    .priority_levels
+                    .saturating_sub(config.unsched_priorities)
+                    >= 2,
+            lead_extra: config
+                .lead_window_packets
+                .saturating_mul(config.max_data_per_packet() as u32),
             boost_tail: config.effective_boost_tail_bytes(),
             every_message: match config.grant_policy {
                 GrantPolicy::Srpt => None,
@@ -283,12 +295,40 @@ impl Grants {
     /// finds a higher level free).
     #[inline]
     pub fn level(&self, rank: usize, n: usize) -> u8 {
-        let s = self.sched_levels as usize;
+        // With the top level kept for last windows, ranks count from the
+        // one below it.
+        let s = self.sched_levels as usize - self.tail_level as usize;
         if self.from_top {
             (s - 1 - rank.min(s - 1)) as u8
         } else {
             (n.min(s) - 1 - rank.min(s - 1)) as u8
         }
+    }
+
+    /// The highest scheduled level.
+    #[inline]
+    pub fn sched_top(&self) -> u8 {
+        self.sched_levels - 1
+    }
+
+    /// The level of a grant that leaves `left` bytes of a message to grant
+    /// when its rank gives it `level`: the top scheduled level if that is
+    /// kept for last windows (`Config::sched_tail_level`) and at most one
+    /// `window` is left, else `level`.
+    #[inline]
+    pub fn tail_or(&self, level: u8, left: u32, window: u32) -> u8 {
+        if self.tail_level && left <= window {
+            level.max(self.sched_top())
+        } else {
+            level
+        }
+    }
+
+    /// Window beyond a message's own for the receiver's top-ranked one
+    /// (`Config::lead_window_packets`).
+    #[inline]
+    pub fn lead_extra(&self) -> u32 {
+        self.lead_extra
     }
 
     /// Whether a message with `to_grant` bytes still to grant has its
@@ -544,8 +584,15 @@ mod tests {
 
     #[test]
     fn shorter_messages_get_higher_scheduled_levels_from_the_top() {
-        // 4 scheduled levels (0..=3): rank r gets 3 - r whatever n is.
-        let g = grants(10_000, 1 << 30, 8, 4);
+        // 4 scheduled levels (0..=3), all of them for ranks: rank r gets
+        // 3 - r whatever n is.
+        let g = Grants::new(&Config {
+            grant_window: Some(10_000),
+            priority_levels: 8,
+            unsched_priorities: 4,
+            sched_tail_level: false,
+            ..Config::default()
+        });
         assert_eq!(g.level(0, 1), 3);
         assert_eq!((0..2).map(|r| g.level(r, 2)).collect::<Vec<_>>(), [3, 2]);
         assert_eq!(
@@ -554,6 +601,46 @@ mod tests {
         );
         let g = grants(10_000, 1 << 30, 8, 8);
         assert_eq!((0..3).map(|r| g.level(r, 3)).collect::<Vec<_>>(), [0, 0, 0]);
+    }
+
+    #[test]
+    fn the_top_scheduled_level_is_kept_for_last_windows() {
+        // The default: of 4 scheduled levels, 3 is kept for last windows
+        // and ranks count from 2.
+        let g = grants(10_000, 1 << 30, 8, 4);
+        assert_eq!(
+            (0..5).map(|r| g.level(r, 5)).collect::<Vec<_>>(),
+            [2, 1, 0, 0, 0]
+        );
+        // A grant that leaves at most a window to grant goes at 3,
+        // whatever its rank; one that leaves more keeps its rank's level.
+        assert_eq!(g.tail_or(0, 10_000, 10_000), 3);
+        assert_eq!(g.tail_or(2, 0, 10_000), 3);
+        assert_eq!(g.tail_or(1, 10_001, 10_000), 1);
+        // A boost above the scheduled levels stays.
+        assert_eq!(g.tail_or(6, 5_000, 10_000), 6);
+        // One scheduled level: nothing to keep, ranks share it.
+        let g = grants(10_000, 1 << 30, 8, 7);
+        assert_eq!((0..3).map(|r| g.level(r, 3)).collect::<Vec<_>>(), [0, 0, 0]);
+        assert_eq!(g.tail_or(0, 0, 10_000), 0);
+        // Off: every level for ranks, no lift.
+        let g = Grants::new(&Config {
+            priority_levels: 8,
+            unsched_priorities: 4,
+            sched_tail_level: false,
+            ..Config::default()
+        });
+        assert_eq!(g.level(0, 1), 3);
+        assert_eq!(g.tail_or(1, 0, 10_000), 1);
+    }
+
+    #[test]
+    fn the_lead_window_is_whole_packets() {
+        let c = Config::default();
+        let g = Grants::new(&c);
+        assert_eq!(g.lead_extra(), 2 * c.max_data_per_packet() as u32);
+        let g = Grants::new(&c.clone().with_lead_window_packets(0));
+        assert_eq!(g.lead_extra(), 0);
     }
 
     #[test]
@@ -621,6 +708,7 @@ mod tests {
         let g = Grants::new(&Config {
             grant_window: Some(10_000),
             sched_levels_from_top: false,
+            sched_tail_level: false,
             ..Config::default()
         });
         assert_eq!((0..2).map(|r| g.level(r, 2)).collect::<Vec<_>>(), [1, 0]);

@@ -563,7 +563,7 @@ impl Endpoint {
         // incast), past the resend interval, and their resends then
         // duplicate them in the queue (docs/congestion.md §9).
         let one_level = self.grants.budget() > 0;
-        let top_level = self.grants.level(0, 1);
+        let top_level = self.grants.sched_top();
         let fifo_level = if one_level { top_level } else { 0 };
         for (rank, &key) in top.iter().enumerate() {
             let level = if one_level {
@@ -571,7 +571,12 @@ impl Endpoint {
             } else {
                 self.grants.level(rank, n)
             };
-            let granted = self.grant_one(key, level, false);
+            let lead = if rank == 0 {
+                self.grants.lead_extra()
+            } else {
+                0
+            };
+            let granted = self.grant_one(key, level, false, lead);
             any |= granted > 0;
             if competing {
                 // Credit accrues only while some message is left out.
@@ -589,7 +594,7 @@ impl Endpoint {
             if top.contains(&oldest) {
                 // The oldest is already being served; don't let credit pile up.
                 self.grants.clear_fifo();
-            } else if idle && self.grant_one(oldest, fifo_level, true) > 0 {
+            } else if idle && self.grant_one(oldest, fifo_level, true, 0) > 0 {
                 self.grants.spend_fifo();
                 any = true;
             }
@@ -637,13 +642,16 @@ impl Endpoint {
 
     /// Raises one message's grant by up to a window; returns the bytes granted.
     /// Changes nothing when it returns 0 (see `update_grants`).
-    fn grant_one(&mut self, key: RpcKey, priority: u8, fifo: bool) -> u32 {
+    /// `lead`: bytes of window beyond the message's own (the receiver's
+    /// top-ranked message, `Config::lead_window_packets`).
+    fn grant_one(&mut self, key: RpcKey, priority: u8, fifo: bool, lead: u32) -> u32 {
         let dpp = self.derived.data_per_packet();
-        let window = if self.derived.adaptive() {
+        let own_window = if self.derived.adaptive() {
             self.grant_window_of(self.rpcs[key].peer_key)
         } else {
             self.grants.window()
         };
+        let window = own_window.saturating_add(lead);
         let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         let inc = rpc.inc.as_mut().unwrap();
@@ -665,6 +673,14 @@ impl Endpoint {
             priority.max(self.derived.unsched_level(to_grant))
         } else {
             priority
+        };
+        // A message's last window goes at the level kept for it, if any
+        // (FIFO grants keep theirs: they serve the oldest, not the nearly
+        // done).
+        let priority = if fifo {
+            priority
+        } else {
+            self.grants.tail_or(priority, inc.len - target, own_window)
         };
         if target >= inc.len {
             let remaining = inc.grant_key.take().unwrap();

@@ -178,7 +178,7 @@ impl Endpoint {
         self.note_time(now);
         self.onramp_release(now);
         let pacer_open = self.pacer.is_open(now);
-        if pacer_open {
+        if pacer_open && self.sends.retx_first() {
             while let Some(key) = self.sends.retx_front() {
                 if let Some(t) = self.send_retransmit(now, key, buf) {
                     return Some(t);
@@ -260,7 +260,7 @@ impl Endpoint {
             return false;
         }
         let pacer_open = self.pacer.is_open(now);
-        if pacer_open && self.sends.has_retx() {
+        if pacer_open && self.sends.retx_first() {
             return false;
         }
         self.data_choice(pacer_open)
@@ -958,6 +958,66 @@ mod tests {
                 next, want,
                 "retransmission of {offset}+{length} must cover whole packets"
             );
+        }
+    }
+
+    /// A short message (no grant needed) goes before a pending
+    /// retransmission of a long one; with `short_before_retransmit` off the
+    /// retransmission goes first, as before the rule.
+    #[test]
+    fn a_short_message_goes_before_pending_retransmissions() {
+        for short_first in [true, false] {
+            let cfg = Config::default().with_short_before_retransmit(short_first);
+            let mut a = Endpoint::new(cfg.clone(), 0).unwrap();
+            let b: SocketAddr = "10.0.0.2:1".parse().unwrap();
+            let c: SocketAddr = "10.0.0.3:1".parse().unwrap();
+            let long = a
+                .send_request(0, b, Bytes::from(vec![7u8; 200_000]))
+                .unwrap();
+            let mut buf = Vec::new();
+            // Let some of the long request go.
+            for step in 0..10u64 {
+                while a.poll_transmit(step * 10_000, &mut buf).is_some() {}
+            }
+            // Its receiver asks for the first three packets again...
+            let dpp = cfg.max_data_per_packet() as u32;
+            let mut p = Vec::new();
+            let common = crate::wire::CommonHeader {
+                from_client: false,
+                retransmit: false,
+                rpc_id: long.0,
+                send_time: 1,
+                echo_time: 0,
+            };
+            let r = crate::wire::Resend {
+                offset: 0,
+                length: 3 * dpp,
+                priority: 0,
+            };
+            crate::wire::encode(&mut p, &common, &crate::wire::Body::Resend(r), false);
+            let now = 1_000_000;
+            a.handle_datagram(now, b, &p);
+            // ...and a short request starts meanwhile.
+            a.send_request(now, c, Bytes::from(vec![1u8; 2_000]))
+                .unwrap();
+            let mut order = Vec::new();
+            for step in 0..10u64 {
+                while let Some(t) = a.poll_transmit(now + step * 10_000, &mut buf) {
+                    if let Ok(crate::wire::Decoded {
+                        common,
+                        packet: crate::wire::Packet::Data { .. },
+                        ..
+                    }) = crate::wire::decode(&buf[..t.len])
+                    {
+                        order.push((t.dest, common.retransmit));
+                    }
+                }
+            }
+            let first_short = order.iter().position(|&(d, _)| d == c).unwrap();
+            let first_retx = order.iter().position(|&(_, r)| r).unwrap();
+            assert_eq!(first_short < first_retx, short_first, "{order:?}");
+            // The retransmissions all go either way.
+            assert_eq!(order.iter().filter(|&&(_, r)| r).count(), 3, "{order:?}");
         }
     }
 

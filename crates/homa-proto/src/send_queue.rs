@@ -50,6 +50,12 @@ pub(crate) struct SendQueue {
     /// an old message ahead of it would add more to its latency than they
     /// take off the old one's. The credit stays and is spent after it.
     fifo_exempt_bytes: u32,
+    /// A retransmission waits for an SRPT head with at most this many bytes
+    /// left to send (0: never; `Config::short_before_retransmit`, the
+    /// unscheduled window): such a message needs no grant, and a RESEND
+    /// asks for up to a window of packets, which would hold it for as
+    /// many packet times.
+    retx_yields_bytes: u32,
     /// The message whose new DATA the latest `poll_transmit` sent (chosen
     /// by SRPT or the FIFO share), so that `poll_transmit_burst` may go on
     /// with it.
@@ -60,8 +66,15 @@ pub(crate) struct SendQueue {
 impl SendQueue {
     /// An empty queue for packets of `data_per_packet` payload bytes that
     /// gives `fifo_permille` of its bytes to the oldest message, except
-    /// while a message with at most `fifo_exempt_bytes` left heads it.
-    pub fn new(data_per_packet: u32, fifo_permille: u32, fifo_exempt_bytes: u32) -> SendQueue {
+    /// while a message with at most `fifo_exempt_bytes` left heads it, and
+    /// sends retransmissions first unless a message with at most
+    /// `retx_yields_bytes` left heads it.
+    pub fn new(
+        data_per_packet: u32,
+        fifo_permille: u32,
+        fifo_exempt_bytes: u32,
+        retx_yields_bytes: u32,
+    ) -> SendQueue {
         SendQueue {
             srpt: SrptQueue::default(),
             by_age: SrptQueue::default(),
@@ -70,6 +83,7 @@ impl SendQueue {
             fifo_permille,
             quantum: FifoCredit::quantum(data_per_packet),
             fifo_exempt_bytes,
+            retx_yields_bytes,
             last_new: None,
         }
     }
@@ -168,9 +182,20 @@ impl SendQueue {
     }
 
     /// Whether a retransmission is pending.
-    #[inline]
+    #[cfg(test)]
     pub fn has_retx(&self) -> bool {
         !self.retx.is_empty()
+    }
+
+    /// Whether a pending retransmission goes before new data now: there is
+    /// one, and the SRPT head is not short enough to go first.
+    #[inline]
+    pub fn retx_first(&self) -> bool {
+        !self.retx.is_empty()
+            && self
+                .srpt
+                .first()
+                .is_none_or(|e| e.0 > self.retx_yields_bytes)
     }
 
     /// Notes that the latest poll sent new DATA of `key`.
@@ -201,7 +226,7 @@ mod tests {
     #[test]
     fn srpt_first_and_the_oldest_on_the_fifo_shares_turn() {
         // 1,000-byte packets, 10% to the oldest: one turn per 10 packets.
-        let mut q = SendQueue::new(1_000, 100, 0);
+        let mut q = SendQueue::new(1_000, 100, 0, 0);
         assert!(q.is_empty() && q.head().is_none() && q.choose().is_none());
         q.insert(50_000, 1, 7); // oldest, longest
         assert_eq!(q.choose(), choice(7, 7, false));
@@ -235,8 +260,28 @@ mod tests {
     }
 
     #[test]
+    fn retransmissions_wait_only_for_a_short_head() {
+        // Retransmissions yield to a head with at most 3,000 bytes left.
+        let mut q = SendQueue::new(1_000, 0, 0, 3_000);
+        assert!(!q.retx_first());
+        q.push_retx(9);
+        assert!(q.retx_first(), "nothing new: the retransmission goes");
+        q.insert(50_000, 1, 7);
+        assert!(q.retx_first(), "a long head waits");
+        q.insert(3_000, 2, 8);
+        assert!(!q.retx_first(), "a short head goes first");
+        q.remove(3_000, 2, 8);
+        assert!(q.retx_first());
+        // Off (0): retransmissions always go first.
+        let mut q = SendQueue::new(1_000, 0, 0, 0);
+        q.push_retx(9);
+        q.insert(1, 1, 7);
+        assert!(q.retx_first());
+    }
+
+    #[test]
     fn retransmissions_go_in_the_order_asked_and_the_burst_note_is_taken_once() {
-        let mut q = SendQueue::new(1_000, 0, 0);
+        let mut q = SendQueue::new(1_000, 0, 0, 0);
         q.push_retx(3);
         q.push_retx(1);
         assert!(q.has_retx() && !q.is_empty() && q.head().is_none());
@@ -261,7 +306,7 @@ mod tests {
     fn a_short_message_at_the_head_is_never_passed_by_a_fifo_turn() {
         // 1,000-byte packets, 10% to the oldest; messages with at most
         // 10,000 bytes left are short.
-        let mut q = SendQueue::new(1_000, 100, 10_000);
+        let mut q = SendQueue::new(1_000, 100, 10_000, 0);
         q.insert(5_000_000, 1, 7); // old and long
         q.insert(60_000, 2, 8); // the SRPT head, long too
         for _ in 0..20 {

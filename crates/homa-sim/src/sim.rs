@@ -411,11 +411,14 @@ impl SimSpec {
         if self.variant == Variant::Basic {
             // BasicTransport: every message granted (no ranking, no cap on
             // overcommitment), 5 full packets beyond a round trip at a
-            // time; senders SRPT without a FIFO share.
+            // time; senders SRPT without a FIFO share, retransmissions
+            // first (Homa's refinement of that order is not the
+            // baseline's).
             c.grant_policy = GrantPolicy::EveryMessage {
                 increment_bytes: 5 * c.max_data_per_packet() as u32,
             };
             c.pacer_fifo_permille = 0;
+            c.short_before_retransmit = false;
         }
         (c, plan)
     }

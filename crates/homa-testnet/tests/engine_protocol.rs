@@ -174,11 +174,18 @@ fn fifo_grants_let_a_large_message_progress() {
 }
 
 /// The paper's rule for scheduled levels: counted from the bottom, no tail
-/// boost.
+/// boost, no level kept for last windows.
 fn levels_from_the_bottom() -> Config {
     Config::default()
         .with_sched_levels_from_top(false)
+        .with_sched_tail_level(false)
         .with_boost_tail_bytes(0)
+}
+
+/// Levels by SRPT rank counted from the top, every level for ranks (no
+/// level kept for last windows).
+fn levels_by_rank_from_the_top() -> Config {
+    Config::default().with_sched_tail_level(false)
 }
 
 #[test]
@@ -220,9 +227,9 @@ fn priorities_follow_cutoffs_and_rank() {
 
 #[test]
 fn a_lone_scheduled_message_goes_at_the_top_scheduled_level_and_its_tail_higher() {
-    // Levels counted from the top (the default) and the tail boosted
-    // below one grant window (`None`; off by default).
-    let config = Config::default().with_boost_tail_bytes(None);
+    // Levels counted from the top, every one for ranks, and the tail
+    // boosted below one grant window (`None`; off by default).
+    let config = levels_by_rank_from_the_top().with_boost_tail_bytes(None);
     let mut net = net_with(2, config, Reply::Fixed(1));
     net.send_request(1, 0, pattern(500_000, 2)).unwrap();
     assert!(net.run_until_cond(50 * MS, |n| n.app(1).responses() == 1));
@@ -258,10 +265,67 @@ fn scheduled_priorities_rank_concurrent_messages_from_the_top() {
     // Three large messages at once: ranks 0, 1, 2 get levels 3, 2, 1; no
     // message is ever granted at level 0 (nobody is left out, so no FIFO
     // grant either).
-    let (shortest, longest) = three_large_messages_at_once(Config::default());
+    let (shortest, longest) = three_large_messages_at_once(levels_by_rank_from_the_top());
     assert!(shortest[3] > 0, "shortest message: {shortest:?}");
     assert!(longest[1] > 0, "longest message: {longest:?}");
     assert_eq!(longest[0] + shortest[0], 0, "{longest:?} {shortest:?}");
+}
+
+#[test]
+fn ranks_start_below_the_level_kept_for_last_windows() {
+    // The default: the top scheduled level (3) is kept for messages' last
+    // window. Three large messages at once: ranks 0, 1, 2 get levels 2, 1,
+    // 0, and each one's last window goes at 3, the longest's too.
+    let (shortest, longest) = three_large_messages_at_once(Config::default());
+    assert!(shortest[2] > 100, "shortest message: {shortest:?}");
+    assert!(shortest[3] > 0, "shortest message: {shortest:?}");
+    assert!(
+        longest[0] > 0 && longest[3] > 0,
+        "longest message: {longest:?}"
+    );
+    // Only the last window and what the sender still had to send of the
+    // grant before it: at most a window plus the lead (2 packets) more.
+    let c = Config::default();
+    let window = (c.effective_grant_window() / c.max_data_per_packet() as u32) as u64;
+    assert!(
+        shortest[3] <= 2 * window + 2,
+        "shortest message: {shortest:?}"
+    );
+    assert!(longest[3] <= 2 * window + 2, "longest message: {longest:?}");
+    assert!(
+        shortest[2] > 2 * shortest[3],
+        "shortest message: {shortest:?}"
+    );
+}
+
+#[test]
+fn the_receivers_shortest_message_gets_a_lead_window() {
+    // One scheduled message alone is its receiver's shortest: each GRANT
+    // lets it run the grant window plus `lead_window_packets` full packets
+    // (2 by default) beyond what has arrived, so the receiver's granted but
+    // unreceived bytes reach the window plus the lead, never more.
+    let config = Config::default();
+    let window = config.effective_grant_window() as u64;
+    let packet = config.max_data_per_packet() as u64;
+    let mut most = Vec::new();
+    for lead in [0u32, 2] {
+        let mut net = net_with(
+            2,
+            config.clone().with_lead_window_packets(lead),
+            Reply::Fixed(1),
+        );
+        net.send_request(1, 0, pattern(300_000, 4)).unwrap();
+        let mut m = 0u64;
+        while net.app(1).responses() == 0 {
+            assert!(net.now() < 50 * MS, "the message never finished");
+            net.run_for(100);
+            m = m.max(net.endpoint(0).stats().incoming_bytes);
+        }
+        most.push(m);
+    }
+    assert!(most[0] <= window, "{most:?}, window {window}");
+    assert!(most[1] > window, "{most:?}, window {window}");
+    assert!(most[1] <= window + 2 * packet, "{most:?}, window {window}");
 }
 
 #[test]

@@ -89,6 +89,7 @@ pub struct Config {
     /// every round trip; the one message the receiver wants at line rate
     /// gets the slack. Only that one: more window for every message puts
     /// more bytes at the levels of shorter ones (`docs/simulation.md`).
+    /// Static windows only: adaptive ones are three measured round trips.
     pub lead_window_packets: u32,
     /// Boost the tail: once fewer than this many bytes of a message remain
     /// to be granted, its grants carry the higher of its level by rank and

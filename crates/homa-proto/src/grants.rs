@@ -59,7 +59,8 @@ pub(crate) struct Grants {
     sched_levels: u8,
     /// `Config::sched_tail_level` (with at least two scheduled levels).
     tail_level: bool,
-    /// `Config::lead_window_packets`, in bytes of full packets.
+    /// `Config::lead_window_packets`, in bytes of full packets (0 under
+    /// adaptive windows, which cover the measured round trip already).
     lead_extra: u32,
     /// `Config::sched_levels_from_top`.
     from_top: bool,
@@ -113,9 +114,14 @@ impl Grants {
                     .priority_levels
                     .saturating_sub(config.unsched_priorities)
                     >= 2,
-            lead_extra: config
-                .lead_window_packets
-                .saturating_mul(config.max_data_per_packet() as u32),
+            // Adaptive windows are three measured round trips already.
+            lead_extra: if adaptive {
+                0
+            } else {
+                config
+                    .lead_window_packets
+                    .saturating_mul(config.max_data_per_packet() as u32)
+            },
             boost_tail: config.effective_boost_tail_bytes(),
             every_message: match config.grant_policy {
                 GrantPolicy::Srpt => None,
@@ -640,6 +646,11 @@ mod tests {
         let g = Grants::new(&c);
         assert_eq!(g.lead_extra(), 2 * c.max_data_per_packet() as u32);
         let g = Grants::new(&c.clone().with_lead_window_packets(0));
+        assert_eq!(g.lead_extra(), 0);
+        let g = Grants::new(
+            &c.clone()
+                .with_window_policy(crate::config::WindowPolicy::Adaptive),
+        );
         assert_eq!(g.lead_extra(), 0);
     }
 

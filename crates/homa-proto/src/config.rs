@@ -79,7 +79,8 @@ pub struct Config {
     /// otherwise sends its last packets at the level where the previous
     /// shortest still has a window in flight, in the same switch queues,
     /// and waits behind them (issue #17's W5 deciles 2-6,
-    /// `docs/simulation.md`). Needs at least two scheduled levels.
+    /// `docs/simulation.md`). Applies only with at least four scheduled
+    /// levels, so that three remain for ranks.
     pub sched_tail_level: bool,
     /// Packets of window beyond `grant_window` for each receiver's
     /// top-ranked (shortest) message. Under load a packet's round trip is

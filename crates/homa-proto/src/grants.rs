@@ -86,6 +86,14 @@ pub(crate) struct Grants {
     top: Vec<RpcKey>,
 }
 
+/// The top scheduled level is kept for last windows
+/// (`Config::sched_tail_level`) only with at least this many scheduled
+/// levels, so that three or more remain for SRPT ranks. With three
+/// scheduled levels (4 levels in all, one unscheduled) ranks 1 and beyond
+/// shared the lowest level and W4's and W5's large deciles got 28-90%
+/// worse at p99 (`docs/simulation.md`, "Twenty-third session").
+const MIN_SCHED_LEVELS_FOR_TAIL: u8 = 4;
+
 impl Grants {
     pub fn new(config: &Config) -> Grants {
         let adaptive = config.window_policy == crate::config::WindowPolicy::Adaptive;
@@ -113,7 +121,7 @@ impl Grants {
                 && config
                     .priority_levels
                     .saturating_sub(config.unsched_priorities)
-                    >= 2,
+                    >= MIN_SCHED_LEVELS_FOR_TAIL,
             // Adaptive windows are three measured round trips already.
             lead_extra: if adaptive {
                 0
@@ -625,6 +633,13 @@ mod tests {
         assert_eq!(g.tail_or(1, 10_001, 10_000), 1);
         // A boost above the scheduled levels stays.
         assert_eq!(g.tail_or(6, 5_000, 10_000), 6);
+        // Three scheduled levels: all of them for ranks.
+        let g = grants(10_000, 1 << 30, 4, 1);
+        assert_eq!(
+            (0..4).map(|r| g.level(r, 4)).collect::<Vec<_>>(),
+            [2, 1, 0, 0]
+        );
+        assert_eq!(g.tail_or(0, 0, 10_000), 0);
         // One scheduled level: nothing to keep, ranks share it.
         let g = grants(10_000, 1 << 30, 8, 7);
         assert_eq!((0..3).map(|r| g.level(r, 3)).collect::<Vec<_>>(), [0, 0, 0]);

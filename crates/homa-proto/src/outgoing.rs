@@ -912,23 +912,7 @@ mod tests {
             }
         }
         assert!(sent_end >= 2 * 1416, "{sent_end}");
-        let resend = |offset, length| {
-            let mut p = Vec::new();
-            let common = crate::wire::CommonHeader {
-                from_client: false,
-                retransmit: false,
-                rpc_id: id.0,
-                send_time: 1,
-                echo_time: 0,
-            };
-            let r = crate::wire::Resend {
-                offset,
-                length,
-                priority: 0,
-            };
-            crate::wire::encode(&mut p, &common, &crate::wire::Body::Resend(r), false);
-            p
-        };
+        let resend = |offset, length| resend_from_server(id.0, offset, length);
         let dpp = cfg.max_data_per_packet() as u32;
         let cases = [(700u32, 3000u32), (100, 2000), (dpp - 1, 2), (0, 1)];
         for (i, &(offset, length)) in cases.iter().enumerate() {
@@ -961,6 +945,26 @@ mod tests {
         }
     }
 
+    /// A RESEND from a request's server (at level 0) for `length` bytes
+    /// of RPC `rpc_id` from `offset`.
+    fn resend_from_server(rpc_id: u64, offset: u32, length: u32) -> Vec<u8> {
+        let mut p = Vec::new();
+        let common = crate::wire::CommonHeader {
+            from_client: false,
+            retransmit: false,
+            rpc_id,
+            send_time: 1,
+            echo_time: 0,
+        };
+        let r = crate::wire::Resend {
+            offset,
+            length,
+            priority: 0,
+        };
+        crate::wire::encode(&mut p, &common, &crate::wire::Body::Resend(r), false);
+        p
+    }
+
     /// A short message (no grant needed) goes before a pending
     /// retransmission of a long one; with `short_before_retransmit` off the
     /// retransmission goes first, as before the rule.
@@ -981,20 +985,7 @@ mod tests {
             }
             // Its receiver asks for the first three packets again...
             let dpp = cfg.max_data_per_packet() as u32;
-            let mut p = Vec::new();
-            let common = crate::wire::CommonHeader {
-                from_client: false,
-                retransmit: false,
-                rpc_id: long.0,
-                send_time: 1,
-                echo_time: 0,
-            };
-            let r = crate::wire::Resend {
-                offset: 0,
-                length: 3 * dpp,
-                priority: 0,
-            };
-            crate::wire::encode(&mut p, &common, &crate::wire::Body::Resend(r), false);
+            let p = resend_from_server(long.0, 0, 3 * dpp);
             let now = 1_000_000;
             a.handle_datagram(now, b, &p);
             // ...and a short request starts meanwhile.

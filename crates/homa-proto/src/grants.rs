@@ -57,7 +57,8 @@ pub(crate) struct Grants {
     window: u32,
     /// Priority levels for scheduled packets (at least 1).
     sched_levels: u8,
-    /// `Config::sched_tail_level` (with at least two scheduled levels).
+    /// `Config::sched_tail_level`, with at least
+    /// [`MIN_SCHED_LEVELS_FOR_TAIL`] scheduled levels.
     tail_level: bool,
     /// `Config::lead_window_packets`, in bytes of full packets (0 under
     /// adaptive windows, which cover the measured round trip already).

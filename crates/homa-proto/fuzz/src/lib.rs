@@ -1285,7 +1285,11 @@ impl Harness {
                         assert!(!bytes.is_empty());
                     }
                     let held = ep.stats().stream_bytes_held;
-                    let bound = 2 * ep.config().stream_window_bytes.max(ep.config().max_packet_size as u32) as u64
+                    let bound = 2
+                        * ep.config()
+                            .stream_window_bytes
+                            .max(ep.config().max_packet_size as u32)
+                            as u64
                         * ep.stats().streams.max(1) as u64;
                     assert!(held <= bound, "streams hold {held} bytes");
                 }
@@ -1996,9 +2000,11 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
     seeds.push(("gro-unsized".to_string(), s));
 
     // A request from a send buffer, sent in bursts (headers in place); a
-    // RESEND off the segment grid (retransmissions capped at segments); the
-    // buffer offered again while in flight (refused), then after the
-    // response (accepted, rewritten).
+    // RESEND off the segment grid (retransmissions capped at segments),
+    // served after the rest of the request (which needs no grant, so it goes
+    // before retransmissions) once the pacer lets it; the buffer offered
+    // again while in flight (refused), then after the response (accepted,
+    // rewritten).
     let slot0 = |reuse| Source::Buf { slot: 0, reuse };
     let mut s = vec![
         Op::Request {
@@ -2022,6 +2028,11 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
         packet: pkt(ours, false, resend),
     });
     s.extend([
+        Op::Transmit {
+            max: 8,
+            mode: TxMode::Split,
+        },
+        tick.clone(),
         Op::Transmit {
             max: 8,
             mode: TxMode::Split,
@@ -2280,8 +2291,9 @@ mod tests {
                 "limits" => c.requests >= 1,
                 // The unscheduled packets (2) and the second request's
                 // first packets (3) in place; the RESEND 700+3000 is resent
-                // up to all that was sent (2832) without a gap, its first
-                // packet capped at the segment boundary 1416.
+                // up to all that was sent when it came (2832) without a
+                // gap, its first packet capped at the segment boundary
+                // 1416, after the request's last two packets.
                 "buf-request" => {
                     c.responses == 1
                         && c.in_place >= 5

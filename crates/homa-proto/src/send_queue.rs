@@ -192,10 +192,11 @@ impl SendQueue {
     #[inline]
     pub fn retx_first(&self) -> bool {
         !self.retx.is_empty()
-            && self
-                .srpt
-                .first()
-                .is_none_or(|e| e.0 > self.retx_yields_bytes)
+            && (self.retx_yields_bytes == 0
+                || self
+                    .srpt
+                    .first()
+                    .is_none_or(|e| e.0 > self.retx_yields_bytes))
     }
 
     /// Notes that the latest poll sent new DATA of `key`.
@@ -272,10 +273,13 @@ mod tests {
         assert!(!q.retx_first(), "a short head goes first");
         q.remove(3_000, 2, 8);
         assert!(q.retx_first());
-        // Off (0): retransmissions always go first.
+        // Off (0): retransmissions always go first, even before a message
+        // with nothing left but its (empty) packet.
         let mut q = SendQueue::new(1_000, 0, 0, 0);
         q.push_retx(9);
         q.insert(1, 1, 7);
+        assert!(q.retx_first());
+        q.insert(0, 2, 8);
         assert!(q.retx_first());
     }
 

@@ -1140,6 +1140,16 @@ impl Derived {
         self.resend_interval_ns
     }
 
+    /// How recently sent bytes may still be in flight when a RESEND for
+    /// them arrives: half the resend interval. A receiver asks after a
+    /// silence of one interval; a sender that paused about that long and
+    /// just resumed would otherwise resend the packets crossing the
+    /// RESEND (duplicates, and under adaptive windows a false loss).
+    #[inline]
+    pub fn resend_guard_ns(&self) -> u64 {
+        self.resend_interval_ns / 2
+    }
+
     /// Silence after which an RPC is abandoned
     /// (`Config::effective_rpc_timeout_ns`).
     #[inline]

@@ -94,6 +94,9 @@ pub struct Metrics {
     pub retransmitted_packets: u64,
     /// Payload bytes of those retransmitted packets.
     pub retransmitted_bytes: u64,
+    /// RESENDs that asked only for bytes sent within the resend guard
+    /// (likely still in flight): nothing was sent again.
+    pub resend_in_flight: u64,
     /// RESEND packets sent because of silence.
     pub resends_sent: u64,
     /// Client RPCs restarted after RPC_UNKNOWN.
@@ -195,6 +198,7 @@ impl Metrics {
             ("data_bytes_received", self.data_bytes_received),
             ("retransmitted_packets", self.retransmitted_packets),
             ("retransmitted_bytes", self.retransmitted_bytes),
+            ("resend_in_flight", self.resend_in_flight),
             ("resends_sent", self.resends_sent),
             ("restarts", self.restarts),
             ("grants_sent", self.grants_sent),

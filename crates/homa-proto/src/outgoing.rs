@@ -514,9 +514,15 @@ impl Endpoint {
         let out = self.out_msg(key);
         let (offset, len) = (out.next_offset, out.len);
         let (t, next) = self.encode_data(now, key, offset, len, None, headers_only, buf);
+        let guard = self.derived.resend_guard_ns();
         let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         let out = rpc.out.as_mut().unwrap();
+        if now.saturating_sub(out.sent_at) >= guard {
+            out.burst_at = now;
+            out.burst_offset = offset;
+        }
+        out.sent_at = now;
         out.next_offset = next;
         out.zero_sent = true;
         match out.queued {
@@ -631,7 +637,15 @@ impl Endpoint {
             self.control_for(key, ControlBody::Busy);
             return;
         };
-        if self.derived.adaptive() && r.offset < out.next_offset {
+        // Bytes sent since a pause, within the guard, may be crossing this
+        // RESEND: only older ones are sent again (if the recent ones were
+        // lost, the next RESEND, an interval later, gets them).
+        let sent_before = if now.saturating_sub(out.burst_at) < self.derived.resend_guard_ns() {
+            out.burst_offset
+        } else {
+            out.next_offset
+        };
+        if self.derived.adaptive() && r.offset < sent_before {
             // Bytes we sent did not arrive (in time): the path lost them.
             self.peers.path_mut(peer_key).unsched.on_loss();
         }
@@ -648,7 +662,7 @@ impl Endpoint {
         // may cross the granted offset; resend whole packets so that a range
         // ending inside one is covered entirely.
         let whole = (want_end as u64).div_ceil(dpp) * dpp;
-        let end = (whole.min(out.len as u64) as u32).min(out.next_offset);
+        let end = (whole.min(out.len as u64) as u32).min(sent_before);
         let zero_len = out.len == 0 && out.zero_sent && r.offset == 0;
         if r.offset < end || zero_len {
             let (start, end) = match out.retx {
@@ -660,6 +674,8 @@ impl Endpoint {
             if !was_pending {
                 self.sends.push_retx(key);
             }
+        } else if r.offset < out.next_offset {
+            self.metrics.resend_in_flight += 1;
         } else {
             self.control_for(key, ControlBody::Busy);
         }
@@ -1010,6 +1026,72 @@ mod tests {
             // The retransmissions all go either way.
             assert_eq!(order.iter().filter(|&&(_, r)| r).count(), 3, "{order:?}");
         }
+    }
+
+    /// Packets sent since a pause may be crossing a RESEND: within the
+    /// resend guard only the bytes sent before the pause go again, a RESEND
+    /// for recent bytes alone sends nothing (not even BUSY), and after the
+    /// guard the same RESEND gets them.
+    #[test]
+    fn a_resend_crossing_a_new_burst_resends_only_older_bytes() {
+        let cfg = Config::default();
+        let guard = cfg.effective_resend_interval_ns() / 2;
+        let dpp = cfg.max_data_per_packet() as u32;
+        let mut a = Endpoint::new(cfg.clone(), 0).unwrap();
+        let b: SocketAddr = "10.0.0.2:1".parse().unwrap();
+        let id = a
+            .send_request(0, b, Bytes::from(vec![7u8; 200_000]))
+            .unwrap()
+            .0;
+        let mut buf = Vec::new();
+        // (new DATA packets, retransmitted DATA packets, BUSYs) sent over
+        // the 100 us from `start` (the pacer lets a packet go at a time).
+        let mut drain = |a: &mut Endpoint, start: u64| {
+            let (mut new, mut again, mut busy) = (0, 0, 0);
+            for now in (start..start + 100_000).step_by(1_000) {
+                while let Some(t) = a.poll_transmit(now, &mut buf) {
+                    match crate::wire::decode(&buf[..t.len]) {
+                        Ok(crate::wire::Decoded {
+                            common,
+                            packet: crate::wire::Packet::Data { .. },
+                            ..
+                        }) => {
+                            if common.retransmit {
+                                again += 1
+                            } else {
+                                new += 1
+                            }
+                        }
+                        Ok(crate::wire::Decoded {
+                            packet: crate::wire::Packet::Busy,
+                            ..
+                        }) => busy += 1,
+                        _ => {}
+                    }
+                }
+            }
+            (new, again, busy)
+        };
+        let (unsched_packets, _, _) = drain(&mut a, 0);
+        let unsched = unsched_packets * dpp;
+        assert!(unsched_packets > 1);
+        // A long pause, then a RESEND beyond what was sent (a grant): three
+        // new packets leave at once.
+        let t1 = 10 * guard;
+        a.handle_datagram(t1, b, &resend_from_server(id, unsched, 3 * dpp));
+        assert_eq!(drain(&mut a, t1), (3, 0, 1));
+        // A RESEND from before those arrived: only the older bytes again.
+        let t2 = t1 + guard / 2;
+        a.handle_datagram(t2, b, &resend_from_server(id, 0, unsched + 3 * dpp));
+        assert_eq!(drain(&mut a, t2), (0, unsched_packets, 0));
+        // One for the new bytes alone: nothing, and counted.
+        a.handle_datagram(t2 + 100_000, b, &resend_from_server(id, unsched, 3 * dpp));
+        assert_eq!(drain(&mut a, t2 + 100_000), (0, 0, 0));
+        assert_eq!(a.metrics().resend_in_flight, 1);
+        // After the guard they were lost, not late: sent again.
+        let t3 = t1 + guard;
+        a.handle_datagram(t3, b, &resend_from_server(id, unsched, 3 * dpp));
+        assert_eq!(drain(&mut a, t3), (0, 3, 0));
     }
 
     /// (priority, datagram) of every packet `a` sends of a 300 KB request

@@ -52,6 +52,14 @@ pub(crate) struct OutMsg {
     pub(crate) zero_sent: bool,
     /// When it last sent all it was granted (then waited for a grant).
     pub(crate) stalled_at: Time,
+    /// When it last transmitted new bytes.
+    pub(crate) sent_at: Time,
+    /// When its current burst of new bytes began (the first transmission
+    /// after a pause of at least `Derived::resend_guard_ns`), and the offset
+    /// it began at: bytes from there on may still be in flight when a RESEND
+    /// arrives within the guard (outgoing.rs, `handle_resend`).
+    pub(crate) burst_at: Time,
+    pub(crate) burst_offset: u32,
 }
 
 impl OutMsg {
@@ -70,6 +78,9 @@ impl OutMsg {
             queued: None,
             zero_sent: false,
             stalled_at: 0,
+            sent_at: 0,
+            burst_at: 0,
+            burst_offset: 0,
         }
     }
     /// Has bytes it may transmit for the first time.
@@ -93,6 +104,7 @@ impl OutMsg {
         self.granted = self.unsched;
         self.retx = None;
         self.zero_sent = false;
+        self.burst_offset = 0;
     }
 }
 

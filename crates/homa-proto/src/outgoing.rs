@@ -518,7 +518,7 @@ impl Endpoint {
         let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         let out = rpc.out.as_mut().unwrap();
-        if now.saturating_sub(out.sent_at) >= guard {
+        if offset == 0 || now.saturating_sub(out.sent_at) >= guard {
             out.burst_at = now;
             out.burst_offset = offset;
         }

@@ -54,8 +54,8 @@ pub(crate) struct OutMsg {
     pub(crate) stalled_at: Time,
     /// When it last transmitted new bytes.
     pub(crate) sent_at: Time,
-    /// When its current burst of new bytes began (the first transmission
-    /// after a pause of at least `Derived::resend_guard_ns`), and the offset
+    /// When its current burst of new bytes began (its first transmission,
+    /// or the first after a pause of at least `Derived::resend_guard_ns`), and the offset
     /// it began at: bytes from there on may still be in flight when a RESEND
     /// arrives within the guard (outgoing.rs, `handle_resend`).
     pub(crate) burst_at: Time,

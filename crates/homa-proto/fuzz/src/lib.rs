@@ -2004,7 +2004,9 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
     // served after the rest of the request (which needs no grant, so it goes
     // before retransmissions) once the pacer lets it; the buffer offered
     // again while in flight (refused), then after the response (accepted,
-    // rewritten).
+    // rewritten). The RESEND comes later than the resend guard (half the
+    // harness's 100 us interval) after the first burst, so that its bytes
+    // count as sent, not as in flight.
     let slot0 = |reuse| Source::Buf { slot: 0, reuse };
     let mut s = vec![
         Op::Request {
@@ -2017,6 +2019,10 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
             mode: TxMode::Burst { exp: 3 },
         },
         tick.clone(),
+        Op::Advance {
+            mantissa: 40,
+            shift: 10,
+        },
     ];
     let resend = ScriptBody::Resend {
         offset: 700,
@@ -2082,6 +2088,11 @@ pub fn engine_seeds() -> Vec<(String, Vec<Op>)> {
             mode: TxMode::Split,
         },
         tick.clone(),
+        // Past the resend guard (as in buf-request).
+        Op::Advance {
+            mantissa: 40,
+            shift: 10,
+        },
     ]);
     let resend = ScriptBody::Resend {
         offset: 100,

@@ -518,11 +518,7 @@ impl Endpoint {
         let rpc = &mut self.rpcs[key];
         let birth = rpc.birth;
         let out = rpc.out.as_mut().unwrap();
-        if offset == 0 || now.saturating_sub(out.sent_at) >= guard {
-            out.burst_at = now;
-            out.burst_offset = offset;
-        }
-        out.sent_at = now;
+        out.note_sent(now, offset, guard);
         out.next_offset = next;
         out.zero_sent = true;
         match out.queued {
@@ -640,11 +636,7 @@ impl Endpoint {
         // Bytes sent since a pause, within the guard, may be crossing this
         // RESEND: only older ones are sent again (if the recent ones were
         // lost, the next RESEND, an interval later, gets them).
-        let sent_before = if now.saturating_sub(out.burst_at) < self.derived.resend_guard_ns() {
-            out.burst_offset
-        } else {
-            out.next_offset
-        };
+        let sent_before = out.sent_before(now, self.derived.resend_guard_ns());
         if self.derived.adaptive() && r.offset < sent_before {
             // Bytes we sent did not arrive (in time): the path lost them.
             self.peers.path_mut(peer_key).unsched.on_loss();

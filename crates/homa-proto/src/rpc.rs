@@ -104,7 +104,26 @@ impl OutMsg {
         self.granted = self.unsched;
         self.retx = None;
         self.zero_sent = false;
-        self.burst_offset = 0;
+    }
+    /// New bytes from `offset` leave at `now`: a first transmission, or
+    /// the first after a pause of at least `guard`, starts a burst.
+    #[inline]
+    pub(crate) fn note_sent(&mut self, now: Time, offset: u32, guard: u64) {
+        if offset == 0 || now.saturating_sub(self.sent_at) >= guard {
+            self.burst_at = now;
+            self.burst_offset = offset;
+        }
+        self.sent_at = now;
+    }
+    /// The end of the bytes a RESEND at `now` may have them send again:
+    /// within `guard` of a burst's start, only what went before it (the
+    /// burst's packets may be crossing the RESEND).
+    pub(crate) fn sent_before(&self, now: Time, guard: u64) -> u32 {
+        if now.saturating_sub(self.burst_at) < guard {
+            self.burst_offset
+        } else {
+            self.next_offset
+        }
     }
 }
 

@@ -1029,6 +1029,9 @@ pub(crate) struct Derived {
     echo_hold: u32,
     keepalive_ns: u64,
     resend_interval_ns: u64,
+    /// Bytes one timer tick asks for again, over all RPCs: the receiver's
+    /// cap on granted bytes in flight (`Config::effective_max_incoming`).
+    resend_budget: u64,
     rpc_timeout_ns: u64,
     tombstone_ns: u64,
     cutoffs: [u32; MAX_PRIORITIES],
@@ -1053,6 +1056,7 @@ impl Derived {
             keepalive_ns: (config.effective_rpc_timeout_ns() / 4)
                 .max(config.effective_resend_interval_ns()),
             resend_interval_ns: config.effective_resend_interval_ns(),
+            resend_budget: config.effective_max_incoming().max(1),
             rpc_timeout_ns: config.effective_rpc_timeout_ns(),
             tombstone_ns: config.effective_tombstone_ns(),
             cutoffs: config.cutoff_table(),
@@ -1138,6 +1142,14 @@ impl Derived {
     #[inline]
     pub fn resend_interval_ns(&self) -> u64 {
         self.resend_interval_ns
+    }
+
+    /// Bytes one timer tick asks for again over all RPCs (at least the
+    /// first RESEND goes): the retransmissions they bring arrive together,
+    /// and no more than the receiver lets its grants put in flight.
+    #[inline]
+    pub fn resend_budget(&self) -> u64 {
+        self.resend_budget
     }
 
     /// How recently sent bytes may still be in flight when a RESEND for

@@ -116,7 +116,7 @@ impl Endpoint {
             if rpc.is_client {
                 // The server has all of our request: stop sending it.
                 if let Some(out) = rpc.out.as_mut() {
-                    out.retx = None;
+                    out.clear_retx();
                 }
                 self.unqueue_out(key);
             }

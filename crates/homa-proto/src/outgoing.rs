@@ -549,8 +549,7 @@ impl Endpoint {
         // The packet may end short of a full one (a send buffer's packets
         // never cross a segment): go on from where it actually ended.
         let (t, sent) = self.encode_data(now, key, start, end, Some(priority), false, buf);
-        let out = self.rpcs[key].out.as_mut().unwrap();
-        out.retx = (sent < end).then_some((sent, end, priority));
+        self.rpcs[key].out.as_mut().unwrap().advance_retx(sent);
         self.metrics.retransmitted_packets += 1;
         self.metrics.retransmitted_bytes += (sent - start) as u64;
         Some(t)
@@ -626,7 +625,18 @@ impl Endpoint {
         };
         let dpp = self.derived.data_per_packet() as u64;
         let rpc = &mut self.rpcs[key];
-        rpc.heard(now);
+        // A RESEND brings none of the data we may be waiting for from the
+        // peer: while a message from it is incomplete, our silence timer
+        // for that message runs on (as in the Linux module, where only DATA
+        // and BUSY reset it). Otherwise a client asking for its overdue
+        // response put off the server's RESEND for the request's lost
+        // packets by a whole interval. It does say the peer has sent all
+        // it may, so it is not merely behind (BUSY's mark goes).
+        if rpc.inc.as_ref().is_none_or(|m| m.complete()) {
+            rpc.heard(now);
+        } else {
+            rpc.peer_busy = false;
+        }
         let peer_key = rpc.peer_key;
         let Some(out) = rpc.out.as_mut() else {
             // Server still receiving the request or computing the response.
@@ -657,12 +667,7 @@ impl Endpoint {
         let end = (whole.min(out.len as u64) as u32).min(sent_before);
         let zero_len = out.len == 0 && out.zero_sent && r.offset == 0;
         if r.offset < end || zero_len {
-            let (start, end) = match out.retx {
-                Some((s, e, _)) => (s.min(r.offset), e.max(end)),
-                None => (r.offset, end),
-            };
-            let was_pending = out.retx.is_some();
-            out.retx = Some((start, end, r.priority));
+            let was_pending = out.add_retx(r.offset, end, r.priority);
             if !was_pending {
                 self.sends.push_retx(key);
             }
@@ -1084,6 +1089,48 @@ mod tests {
         let t3 = t1 + guard;
         a.handle_datagram(t3, b, &resend_from_server(id, unsched, 3 * dpp));
         assert_eq!(drain(&mut a, t3), (0, 3, 0));
+    }
+
+    /// Two RESENDs for disjoint ranges (a receiver lists every gap) get
+    /// exactly those ranges, not the bytes between them; a third touching
+    /// the first joins it.
+    #[test]
+    fn resends_of_disjoint_gaps_send_only_the_gaps() {
+        let cfg = Config::default();
+        let dpp = cfg.max_data_per_packet() as u32;
+        let mut a = Endpoint::new(cfg.clone(), 0).unwrap();
+        let b: SocketAddr = "10.0.0.2:1".parse().unwrap();
+        let id = a
+            .send_request(0, b, Bytes::from(vec![7u8; 20 * dpp as usize]))
+            .unwrap()
+            .0;
+        let mut buf = Vec::new();
+        // Offsets of the retransmitted DATA packets sent from `start` on.
+        let mut drain = |a: &mut Endpoint, start: u64| {
+            let mut again = Vec::new();
+            for now in (start..start + 100_000).step_by(1_000) {
+                while let Some(t) = a.poll_transmit(now, &mut buf) {
+                    if let Ok(crate::wire::Decoded {
+                        common,
+                        packet: crate::wire::Packet::Data { header, .. },
+                        ..
+                    }) = crate::wire::decode(&buf[..t.len])
+                    {
+                        if common.retransmit {
+                            again.push(header.offset / dpp);
+                        }
+                    }
+                }
+            }
+            again
+        };
+        assert!(drain(&mut a, 0).is_empty());
+        let t = 10 * cfg.effective_resend_interval_ns();
+        a.handle_datagram(t, b, &resend_from_server(id, dpp, dpp));
+        a.handle_datagram(t, b, &resend_from_server(id, 4 * dpp, 2 * dpp));
+        a.handle_datagram(t, b, &resend_from_server(id, 9 * dpp, dpp));
+        a.handle_datagram(t, b, &resend_from_server(id, 2 * dpp, dpp));
+        assert_eq!(drain(&mut a, t), vec![1, 2, 4, 5, 9]);
     }
 
     /// (priority, datagram) of every packet `a` sends of a 300 KB request

@@ -16,6 +16,10 @@ pub(crate) type RpcKey = u32;
 /// traffic has one range plus one per lost packet still missing; the cap keeps a
 /// hostile sender from growing the list without bound.
 pub(crate) const MAX_RANGES: usize = 1024;
+/// Most retransmission ranges a message keeps waiting besides the one being
+/// sent; more requests widen the last (a receiver lists at most
+/// `MAX_GAPS_PER_RESEND` gaps per interval).
+pub(crate) const MAX_RETX_RANGES: usize = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RpcState {
@@ -44,8 +48,14 @@ pub(crate) struct OutMsg {
     pub(crate) sched_priority: u8,
     /// Priority of unscheduled packets (from the peer's cutoffs).
     pub(crate) unsched_priority: u8,
-    /// A pending retransmission `[start, end)` at a priority.
+    /// A pending retransmission `[start, end)` at a priority: the range
+    /// being sent now.
     pub(crate) retx: Option<(u32, u32, u8)>,
+    /// Further ranges asked for (a receiver asks for every gap it has),
+    /// disjoint from `retx` and each other, in order; sent after it at its
+    /// priority. Empty unless `retx` is set; no allocation until a second
+    /// gap is asked for.
+    pub(crate) retx_more: Vec<(u32, u32)>,
     /// Remaining bytes under which the message sits in the SRPT sets, if it does.
     pub(crate) queued: Option<u32>,
     /// A zero-length message still takes one (empty) DATA packet.
@@ -75,6 +85,7 @@ impl OutMsg {
             sched_priority: 0,
             unsched_priority,
             retx: None,
+            retx_more: Vec::new(),
             queued: None,
             zero_sent: false,
             stalled_at: 0,
@@ -102,8 +113,58 @@ impl OutMsg {
     pub(crate) fn restart(&mut self) {
         self.next_offset = 0;
         self.granted = self.unsched;
-        self.retx = None;
+        self.clear_retx();
         self.zero_sent = false;
+    }
+    /// Drops every pending retransmission.
+    pub(crate) fn clear_retx(&mut self) {
+        self.retx = None;
+        self.retx_more.clear();
+    }
+    /// Adds `[start, end)` to the pending retransmissions at `priority` (the
+    /// latest asked for applies to all); returns whether any was pending.
+    /// A range touching the one being sent joins it; others wait in order.
+    pub(crate) fn add_retx(&mut self, start: u32, end: u32, priority: u8) -> bool {
+        let Some((s, e, _)) = self.retx else {
+            self.retx = Some((start, end, priority));
+            return false;
+        };
+        if start <= e && end >= s {
+            self.retx = Some((s.min(start), e.max(end), priority));
+        } else {
+            self.retx = Some((s, e, priority));
+            // Merge into the waiting ranges (few: at most one per gap the
+            // receiver listed); past the cap, widen the last one instead.
+            let more = &mut self.retx_more;
+            let i = more.partition_point(|r| r.1 < start);
+            let j = more.partition_point(|r| r.0 <= end);
+            if i < j {
+                let merged = (start.min(more[i].0), end.max(more[j - 1].1));
+                more[i] = merged;
+                more.drain(i + 1..j);
+            } else if more.len() < MAX_RETX_RANGES {
+                more.insert(i, (start, end));
+            } else {
+                let last = more.last_mut().expect("cap is nonzero");
+                *last = (last.0.min(start), last.1.max(end));
+            }
+        }
+        true
+    }
+    /// The retransmission being sent has reached `sent` (of its `end`):
+    /// goes on with it, or with the next waiting range.
+    pub(crate) fn advance_retx(&mut self, sent: u32) {
+        let Some((_, end, priority)) = self.retx else {
+            return;
+        };
+        self.retx = if sent < end {
+            Some((sent, end, priority))
+        } else if self.retx_more.is_empty() {
+            None
+        } else {
+            let (s, e) = self.retx_more.remove(0);
+            Some((s, e, priority))
+        };
     }
     /// New bytes from `offset` leave at `now`: a first transmission, or
     /// the first after a pause of at least `guard`, starts a burst.
@@ -192,6 +253,10 @@ impl InMsg {
     /// The first missing byte range below `limit`, if any.
     pub(crate) fn first_gap(&self, limit: u32) -> Option<(u32, u32)> {
         self.received.first_gap(limit)
+    }
+    /// Every missing byte range below `limit`, in order.
+    pub(crate) fn gaps(&self, limit: u32) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.received.gaps(limit)
     }
 }
 
@@ -303,6 +368,21 @@ impl RangeSet {
         }
         (pos < limit).then_some((pos, limit))
     }
+    /// The missing byte ranges below `limit`, in order (the first is
+    /// [`Self::first_gap`]).
+    pub(crate) fn gaps(&self, limit: u32) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let starts = std::iter::once(0).chain(self.ranges.iter().map(|r| r.1));
+        let ends = self
+            .ranges
+            .iter()
+            .map(|r| r.0)
+            .chain(std::iter::once(u32::MAX));
+        starts
+            .zip(ends)
+            .map(move |(s, e)| (s, e.min(limit)))
+            .take_while(move |&(s, _)| s < limit)
+            .filter(|&(s, e)| s < e)
+    }
     pub(crate) fn clear(&mut self) {
         self.ranges.clear();
     }
@@ -333,6 +413,27 @@ mod tests {
         assert_eq!(r.insert(35, 36), Some(1));
         assert_eq!(r.insert(30, 60), Some(30 - 11));
         assert_eq!(r.first_gap(60), None);
+    }
+
+    #[test]
+    fn range_set_lists_every_gap_below_a_limit() {
+        let mut r = RangeSet::default();
+        let gaps = |r: &RangeSet, l| r.gaps(l).collect::<Vec<_>>();
+        assert_eq!(gaps(&r, 50), vec![(0, 50)]);
+        assert_eq!(gaps(&r, 0), vec![]);
+        r.insert(0, 10);
+        r.insert(20, 30);
+        r.insert(40, 45);
+        assert_eq!(gaps(&r, 100), vec![(10, 20), (30, 40), (45, 100)]);
+        assert_eq!(gaps(&r, 45), vec![(10, 20), (30, 40)]);
+        assert_eq!(gaps(&r, 35), vec![(10, 20), (30, 35)]);
+        assert_eq!(gaps(&r, 20), vec![(10, 20)]);
+        assert_eq!(gaps(&r, 10), vec![]);
+        assert_eq!(r.gaps(100).next(), r.first_gap(100));
+        r.insert(10, 20);
+        r.insert(30, 40);
+        assert_eq!(gaps(&r, 45), vec![]);
+        assert_eq!(r.gaps(46).next(), r.first_gap(46));
     }
 
     #[test]

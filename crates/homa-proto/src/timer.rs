@@ -5,6 +5,7 @@ use crate::endpoint::{ControlBody, Endpoint};
 use crate::peer::PeerKey;
 use crate::rpc::{InMsg, RpcKey, RpcState};
 use crate::time::Time;
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 
 /// RESENDs sent to one peer per timer tick at most (the least recently
@@ -17,6 +18,10 @@ use std::collections::BTreeMap;
 /// peer, enough to restart thousands of lost requests within a fraction of
 /// the RPC timeout.
 const RESENDS_PER_PEER_PER_TICK: usize = 8;
+
+/// Most gaps of one incoming message asked for in one RESEND interval (one
+/// RESEND packet each); later ones wait for the next interval.
+pub(crate) const MAX_GAPS_PER_RESEND: usize = 8;
 
 /// What the timer does for one RPC.
 enum Prod {
@@ -122,15 +127,48 @@ impl Endpoint {
                 self.rpc_timer(now, key, &mut resends);
             }
         }
+        // Each peer's due RESENDs (the least recently prodded first), then
+        // all of them shortest message first, within one budget of bytes
+        // asked for: the answers arrive together, and a burst of
+        // retransmissions larger than the downlink's queue (every sender of
+        // an incast asked at the same tick) is lost again.
+        let mut due_all: Vec<(u32, Time, RpcKey, ControlBody)> = Vec::new();
         for (_, mut due) in resends {
             if due.len() > RESENDS_PER_PEER_PER_TICK {
                 due.select_nth_unstable_by_key(RESENDS_PER_PEER_PER_TICK, |(t, k, _)| (*t, *k));
                 due.truncate(RESENDS_PER_PEER_PER_TICK);
             }
-            for (_, key, body) in due {
-                self.metrics.resends_sent += 1;
-                self.rpcs[key].last_prod = now;
-                self.control_for(key, body);
+            for (t, key, body) in due {
+                let left = self.rpcs[key]
+                    .inc
+                    .as_ref()
+                    .map_or(0, |m| m.len - m.bytes_received);
+                due_all.push((left, t, key, body));
+            }
+        }
+        due_all.sort_unstable_by_key(|&(left, t, key, _)| (left, t, key));
+        // Only gaps of messages being received count: a client's probe for
+        // an overdue response asks for bytes that may not exist.
+        let mut budget = self.derived.resend_budget();
+        for (_, _, key, body) in due_all {
+            let gaps = self.rpcs[key].inc.is_some();
+            if gaps && budget == 0 {
+                continue;
+            }
+            self.metrics.resends_sent += 1;
+            self.rpcs[key].last_prod = now;
+            let first = match body {
+                ControlBody::Resend {
+                    offset,
+                    length,
+                    priority,
+                } => Some((offset, length, priority)),
+                _ => None,
+            };
+            self.control_for(key, body);
+            if let (true, Some((offset, length, priority))) = (gaps, first) {
+                budget = budget.saturating_sub(length as u64);
+                budget = self.resend_later_gaps(key, offset, priority, budget);
             }
         }
         let idle = self.config.peer_idle_ns;
@@ -161,6 +199,41 @@ impl Endpoint {
             }
         };
         self.ticker.finish(now, busy, idle_until);
+    }
+
+    /// After the RESEND for an incoming message's first gap (at `first`):
+    /// one for each later gap below its grant, up to
+    /// [`MAX_GAPS_PER_RESEND`] in all, as the Linux module does. Several
+    /// packets lost from one burst (an incast's) are then all asked for in
+    /// one interval instead of one interval each. Asks while `budget`
+    /// (bytes) lasts and returns what is left of it.
+    fn resend_later_gaps(&mut self, key: RpcKey, first: u32, priority: u8, budget: u64) -> u64 {
+        let Some(inc) = self.rpcs[key].inc.as_ref() else {
+            return budget;
+        };
+        let mut left = budget;
+        let later: SmallVec<[(u32, u32); MAX_GAPS_PER_RESEND]> = inc
+            .gaps(inc.granted)
+            .filter(|&(s, _)| s > first)
+            .take(MAX_GAPS_PER_RESEND - 1)
+            .take_while(|&(s, e)| {
+                let go = left > 0;
+                left = left.saturating_sub((e - s) as u64);
+                go
+            })
+            .collect();
+        for (s, e) in later {
+            self.metrics.resends_sent += 1;
+            self.control_for(
+                key,
+                ControlBody::Resend {
+                    offset: s,
+                    length: e - s,
+                    priority,
+                },
+            );
+        }
+        left
     }
 
     /// The timer of one RPC: fails it on timeout, or prods its peer. A

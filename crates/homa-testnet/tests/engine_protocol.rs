@@ -381,6 +381,33 @@ fn lost_data_and_grants_are_recovered_by_resend() {
 }
 
 #[test]
+fn several_packets_lost_from_one_burst_are_all_asked_for_at_once() {
+    // A 28-packet request (all unscheduled) loses a third of its packets on
+    // the client's uplink, several gaps of them; the link is clean again
+    // before the receiver notices.
+    let config = Config::default();
+    let resend = config.effective_resend_interval_ns();
+    let mut net = net_with(2, config, Reply::Fixed(10));
+    let nic = net.fabric().host_nic(0).unwrap();
+    net.fabric_mut()
+        .set_link_faults(nic, Some(homa_testnet::FaultConfig::loss(0.3)));
+    let id = net.send_request(0, 1, pattern(40_000, 9)).unwrap();
+    net.run_until(100_000);
+    net.fabric_mut().set_link_faults(nic, None);
+    let lost = net.fabric().fault_stats().lost;
+    assert!(lost >= 3, "{lost} lost");
+    // One RESEND per gap, all in the first interval: the response is
+    // back within two intervals (the timer ticks at half of one), and
+    // only the lost packets were sent again.
+    assert!(net.run_until_cond(20 * resend, |n| n.app(0).responses() == 1));
+    assert!(net.now() < 2 * resend, "done at {} ns", net.now());
+    assert!(net.app(0).response(id).is_some());
+    assert!(net.endpoint(1).metrics().resends_sent >= 2);
+    assert_eq!(net.endpoint(0).metrics().retransmitted_packets, lost);
+    assert_eq!(requests_seen(&net, 1)[0].1, pattern(40_000, 9)[..]);
+}
+
+#[test]
 fn lost_response_is_resent_without_executing_twice() {
     let mut net = net_with(2, Config::default(), Reply::Fixed(200_000));
     let id = net.send_request(0, 1, pattern(100, 5)).unwrap();

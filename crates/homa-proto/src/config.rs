@@ -1030,8 +1030,13 @@ pub(crate) struct Derived {
     keepalive_ns: u64,
     resend_interval_ns: u64,
     /// Bytes one timer tick asks for again, over all RPCs: the receiver's
-    /// cap on granted bytes in flight (`Config::effective_max_incoming`).
+    /// cap on granted bytes in flight (`Config::effective_max_incoming`;
+    /// none when every message is granted).
     resend_budget: u64,
+    /// A RESEND for each gap of a silent message (Homa, as the Linux
+    /// module), or for its first only (`GrantPolicy::EveryMessage`, as
+    /// RAMCloud's BasicTransport).
+    resend_every_gap: bool,
     rpc_timeout_ns: u64,
     tombstone_ns: u64,
     cutoffs: [u32; MAX_PRIORITIES],
@@ -1056,7 +1061,14 @@ impl Derived {
             keepalive_ns: (config.effective_rpc_timeout_ns() / 4)
                 .max(config.effective_resend_interval_ns()),
             resend_interval_ns: config.effective_resend_interval_ns(),
-            resend_budget: config.effective_max_incoming().max(1),
+            // Granting every message (`basic`, RAMCloud's BasicTransport)
+            // puts no cap on bytes in flight, nor on bytes asked for again,
+            // and asks for a message's first gap only.
+            resend_budget: match config.grant_policy {
+                GrantPolicy::Srpt => config.effective_max_incoming().max(1),
+                GrantPolicy::EveryMessage { .. } => u64::MAX,
+            },
+            resend_every_gap: config.grant_policy == GrantPolicy::Srpt,
             rpc_timeout_ns: config.effective_rpc_timeout_ns(),
             tombstone_ns: config.effective_tombstone_ns(),
             cutoffs: config.cutoff_table(),
@@ -1150,6 +1162,12 @@ impl Derived {
     #[inline]
     pub fn resend_budget(&self) -> u64 {
         self.resend_budget
+    }
+
+    /// Whether a silent message's RESENDs cover every gap (else the first).
+    #[inline]
+    pub fn resend_every_gap(&self) -> bool {
+        self.resend_every_gap
     }
 
     /// How recently sent bytes may still be in flight when a RESEND for

@@ -203,7 +203,8 @@ impl Endpoint {
 
     /// After the RESEND for an incoming message's first gap (at `first`):
     /// one for each later gap below its grant, up to
-    /// [`MAX_GAPS_PER_RESEND`] in all, as the Linux module does. Several
+    /// [`MAX_GAPS_PER_RESEND`] in all, as the Linux module does (not under
+    /// `GrantPolicy::EveryMessage`, see `Derived::resend_every_gap`). Several
     /// packets lost from one burst (an incast's) are then all asked for in
     /// one interval instead of one interval each. Asks while `budget`
     /// (bytes) lasts and returns what is left of it.
@@ -211,6 +212,9 @@ impl Endpoint {
         let Some(inc) = self.rpcs[key].inc.as_ref() else {
             return budget;
         };
+        if !self.derived.resend_every_gap() {
+            return budget;
+        }
         let mut left = budget;
         let later: SmallVec<[(u32, u32); MAX_GAPS_PER_RESEND]> = inc
             .gaps(inc.granted)

@@ -408,6 +408,27 @@ fn several_packets_lost_from_one_burst_are_all_asked_for_at_once() {
 }
 
 #[test]
+fn basic_asks_for_the_first_gap_only_as_basic_transport() {
+    // The same losses under `GrantPolicy::EveryMessage` (the `basic`
+    // baseline): one RESEND per interval, for the first gap.
+    let config = Config::default().with_grant_policy(GrantPolicy::EveryMessage {
+        increment_bytes: 5 * 1416,
+    });
+    let resend = config.effective_resend_interval_ns();
+    let mut net = net_with(2, config, Reply::Fixed(10));
+    let nic = net.fabric().host_nic(0).unwrap();
+    net.fabric_mut()
+        .set_link_faults(nic, Some(homa_testnet::FaultConfig::loss(0.3)));
+    net.send_request(0, 1, pattern(40_000, 9)).unwrap();
+    net.run_until(100_000);
+    net.fabric_mut().set_link_faults(nic, None);
+    assert!(net.fabric().fault_stats().lost >= 3);
+    net.run_until(resend * 3 / 2 + 100_000);
+    assert_eq!(net.endpoint(1).metrics().resends_sent, 1);
+    assert!(net.run_until_cond(20 * resend, |n| n.app(0).responses() == 1));
+}
+
+#[test]
 fn lost_response_is_resent_without_executing_twice() {
     let mut net = net_with(2, Config::default(), Reply::Fixed(200_000));
     let id = net.send_request(0, 1, pattern(100, 5)).unwrap();

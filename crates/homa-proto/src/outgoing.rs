@@ -1131,6 +1131,13 @@ mod tests {
         a.handle_datagram(t, b, &resend_from_server(id, 9 * dpp, dpp));
         a.handle_datagram(t, b, &resend_from_server(id, 2 * dpp, dpp));
         assert_eq!(drain(&mut a, t), vec![1, 2, 4, 5, 9]);
+        // A range bridging the one being sent and a waiting one merges
+        // them: nothing is sent twice.
+        let t = 2 * t;
+        a.handle_datagram(t, b, &resend_from_server(id, 12 * dpp, dpp));
+        a.handle_datagram(t, b, &resend_from_server(id, 15 * dpp, dpp));
+        a.handle_datagram(t, b, &resend_from_server(id, 12 * dpp, 4 * dpp));
+        assert_eq!(drain(&mut a, t), vec![12, 13, 14, 15]);
     }
 
     /// (priority, datagram) of every packet `a` sends of a 300 KB request

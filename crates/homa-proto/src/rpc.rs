@@ -130,7 +130,17 @@ impl OutMsg {
             return false;
         };
         if start <= e && end >= s {
-            self.retx = Some((s.min(start), e.max(end), priority));
+            // The widened range takes in the waiting ones it now touches
+            // (one pass: they are sorted and disjoint).
+            let (mut hs, mut he) = (s.min(start), e.max(end));
+            self.retx_more.retain(|&(a, b)| {
+                let touches = a <= he && b >= hs;
+                if touches {
+                    (hs, he) = (hs.min(a), he.max(b));
+                }
+                !touches
+            });
+            self.retx = Some((hs, he, priority));
         } else {
             self.retx = Some((s, e, priority));
             // Merge into the waiting ranges (few: at most one per gap the

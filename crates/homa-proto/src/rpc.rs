@@ -16,10 +16,6 @@ pub(crate) type RpcKey = u32;
 /// traffic has one range plus one per lost packet still missing; the cap keeps a
 /// hostile sender from growing the list without bound.
 pub(crate) const MAX_RANGES: usize = 1024;
-/// Most retransmission ranges a message keeps waiting besides the one being
-/// sent; more requests widen the last (a receiver lists at most
-/// `MAX_GAPS_PER_RESEND` gaps per interval).
-pub(crate) const MAX_RETX_RANGES: usize = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RpcState {
@@ -52,10 +48,9 @@ pub(crate) struct OutMsg {
     /// being sent now.
     pub(crate) retx: Option<(u32, u32, u8)>,
     /// Further ranges asked for (a receiver asks for every gap it has),
-    /// disjoint from `retx` and each other, in order; sent after it at its
-    /// priority. Empty unless `retx` is set; no allocation until a second
-    /// gap is asked for.
-    pub(crate) retx_more: Vec<(u32, u32)>,
+    /// disjoint from `retx`, sent after it in order at its priority. Empty
+    /// unless `retx` is set; no allocation below three of them.
+    pub(crate) retx_more: RangeSet,
     /// Remaining bytes under which the message sits in the SRPT sets, if it does.
     pub(crate) queued: Option<u32>,
     /// A zero-length message still takes one (empty) DATA packet.
@@ -85,7 +80,7 @@ impl OutMsg {
             sched_priority: 0,
             unsched_priority,
             retx: None,
-            retx_more: Vec::new(),
+            retx_more: RangeSet::default(),
             queued: None,
             zero_sent: false,
             stalled_at: 0,
@@ -130,34 +125,14 @@ impl OutMsg {
             return false;
         };
         if start <= e && end >= s {
-            // The widened range takes in the waiting ones it now touches
-            // (one pass: they are sorted and disjoint).
-            let (mut hs, mut he) = (s.min(start), e.max(end));
-            self.retx_more.retain(|&(a, b)| {
-                let touches = a <= he && b >= hs;
-                if touches {
-                    (hs, he) = (hs.min(a), he.max(b));
-                }
-                !touches
-            });
+            // The widened range takes in the waiting ones it now touches.
+            let (hs, he) = self.retx_more.take_touching(s.min(start), e.max(end));
             self.retx = Some((hs, he, priority));
         } else {
             self.retx = Some((s, e, priority));
-            // Merge into the waiting ranges (few: at most one per gap the
-            // receiver listed); past the cap, widen the last one instead.
-            let more = &mut self.retx_more;
-            let i = more.partition_point(|r| r.1 < start);
-            let j = more.partition_point(|r| r.0 <= end);
-            if i < j {
-                let merged = (start.min(more[i].0), end.max(more[j - 1].1));
-                more[i] = merged;
-                more.drain(i + 1..j);
-            } else if more.len() < MAX_RETX_RANGES {
-                more.insert(i, (start, end));
-            } else {
-                let last = more.last_mut().expect("cap is nonzero");
-                *last = (last.0.min(start), last.1.max(end));
-            }
+            // Past `MAX_RANGES` waiting ranges (a hostile receiver) the
+            // request is dropped; a real one asks again an interval later.
+            let _ = self.retx_more.insert(start, end);
         }
         true
     }
@@ -169,11 +144,8 @@ impl OutMsg {
         };
         self.retx = if sent < end {
             Some((sent, end, priority))
-        } else if self.retx_more.is_empty() {
-            None
         } else {
-            let (s, e) = self.retx_more.remove(0);
-            Some((s, e, priority))
+            self.retx_more.pop_first().map(|(s, e)| (s, e, priority))
         };
     }
     /// New bytes from `offset` leave at `now`: a first transmission, or
@@ -395,6 +367,25 @@ impl RangeSet {
     }
     pub(crate) fn clear(&mut self) {
         self.ranges.clear();
+    }
+    /// Removes and returns the first range.
+    pub(crate) fn pop_first(&mut self) -> Option<(u32, u32)> {
+        (!self.ranges.is_empty()).then(|| self.ranges.remove(0))
+    }
+    /// Removes every range touching `[start, end)` and returns their union
+    /// with it.
+    pub(crate) fn take_touching(&mut self, start: u32, end: u32) -> (u32, u32) {
+        let first = self.ranges.partition_point(|r| r.1 < start);
+        let last = self.ranges.partition_point(|r| r.0 <= end);
+        if first == last {
+            return (start, end);
+        }
+        let union = (
+            start.min(self.ranges[first].0),
+            end.max(self.ranges[last - 1].1),
+        );
+        self.ranges.drain(first..last);
+        union
     }
     /// Length of the leading range that starts at byte 0 (0 if none).
     pub(crate) fn prefix(&self) -> u32 {

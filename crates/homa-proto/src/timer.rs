@@ -215,18 +215,17 @@ impl Endpoint {
         if !self.derived.resend_every_gap() {
             return budget;
         }
-        let mut left = budget;
         let later: SmallVec<[(u32, u32); MAX_GAPS_PER_RESEND]> = inc
             .gaps(inc.granted)
             .filter(|&(s, _)| s > first)
             .take(MAX_GAPS_PER_RESEND - 1)
-            .take_while(|&(s, e)| {
-                let go = left > 0;
-                left = left.saturating_sub((e - s) as u64);
-                go
-            })
             .collect();
+        let mut left = budget;
         for (s, e) in later {
+            if left == 0 {
+                break;
+            }
+            left = left.saturating_sub((e - s) as u64);
             self.metrics.resends_sent += 1;
             self.control_for(
                 key,

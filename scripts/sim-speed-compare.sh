@@ -5,19 +5,22 @@
 # events per CPU second and their ratio. Only ratios taken this way mean
 # anything on a machine that others use too (docs/simulation.md, "Speed").
 #
-# Usage: scripts/sim-speed-compare.sh OLD_HOMA NEW_HOMA WORKLOAD [ROUNDS]
+# Usage: scripts/sim-speed-compare.sh OLD_HOMA NEW_HOMA WORKLOAD [ROUNDS [MESSAGES]]
 #   e.g. scripts/sim-speed-compare.sh /tmp/homa-11150a7 target/sim/homa w4
-# Runs `homa sim --workload WORKLOAD --load 0.8 --seed 1 --messages 100000
+# Runs `homa sim --workload WORKLOAD --load 0.8 --seed 1 --messages MESSAGES
 # --json` (the mode 11150a7 also has) under nice 19; needs 2 cores and
-# python3. ROUNDS (default 2) is the number of rounds.
+# python3. ROUNDS (default 2) is the number of rounds; MESSAGES (default
+# 100000) the run's length (W1's 100,000 messages take 0.4 s, in which
+# building the 144 hosts' tables is a few percent).
 set -euo pipefail
 old=$1
 new=$2
 w=$3
 rounds=${4:-2}
+messages=${5:-100000}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-args=(sim --workload "$w" --load 0.8 --seed 1 --messages 100000 --json --quiet)
+args=(sim --workload "$w" --load 0.8 --seed 1 --messages "$messages" --json --quiet)
 for round in $(seq 1 "$rounds"); do
     co=$(((round + 1) % 2))
     cn=$((round % 2))

@@ -1588,7 +1588,10 @@ impl Run<'_> {
 
 /// The smallest decile's messages on one class of path.
 fn d1_by_path(all: &[Completion], table: &SlowdownTable, core: bool) -> Option<Group> {
-    let max = table.deciles().first()?.max_size;
+    if table.is_empty() {
+        return None;
+    }
+    let max = table.first_decile_max_size();
     // Messages of the smallest decile's sizes (ties at its upper size all
     // included), restricted to the path class.
     let v: Vec<Completion> = all

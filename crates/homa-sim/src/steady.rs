@@ -159,7 +159,9 @@ pub type Sample = (u32, f64, bool);
 
 fn group(slice: &[Sample]) -> SteadyGroup {
     let mut s: Vec<(f64, bool)> = slice.iter().map(|x| (x.1, x.2)).collect();
-    s.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    // Unstable: equal elements are equal in every field (as in
+    // `homa_workload::stats::SlowdownTable`).
+    s.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let vals: Vec<f64> = s.iter().map(|x| x.0).collect();
     let n = s.len();
     // The percentile is exact when no unfinished message sits at or below
@@ -192,7 +194,7 @@ fn group(slice: &[Sample]) -> SteadyGroup {
 /// Deciles (by size, equal counts, as `SlowdownTable::deciles`) and the
 /// largest 1% of all measured messages.
 pub fn groups(mut samples: Vec<Sample>) -> (Vec<SteadyGroup>, SteadyGroup) {
-    samples.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+    samples.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
     let len = samples.len();
     let deciles = (0..10)
         .map(|i| (i * len / 10, (i + 1) * len / 10))

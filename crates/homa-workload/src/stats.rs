@@ -47,7 +47,9 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Messages ordered by (size, slowdown) so that every grouping is
-/// deterministic even when sizes tie.
+/// deterministic even when sizes tie. The sorts are unstable (quicker, no
+/// scratch buffer): elements that compare equal are equal in every field,
+/// so the order is the same as a stable sort's.
 pub struct SlowdownTable {
     sorted: Vec<(u32, f64)>,
 }
@@ -56,7 +58,7 @@ impl SlowdownTable {
     pub fn new(completions: &[Completion]) -> SlowdownTable {
         let mut sorted: Vec<(u32, f64)> =
             completions.iter().map(|c| (c.size, c.slowdown())).collect();
-        sorted.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
         SlowdownTable { sorted }
     }
 
@@ -72,7 +74,7 @@ impl SlowdownTable {
     fn group(&self, lo: usize, hi: usize) -> Group {
         let slice = &self.sorted[lo..hi];
         let mut s: Vec<f64> = slice.iter().map(|x| x.1).collect();
-        s.sort_by(f64::total_cmp);
+        s.sort_unstable_by(f64::total_cmp);
         let n = s.len();
         Group {
             min_size: slice.first().map_or(0, |x| x.0),
@@ -98,6 +100,13 @@ impl SlowdownTable {
             .filter(|(lo, hi)| hi > lo)
             .map(|(lo, hi)| self.group(lo, hi))
             .collect()
+    }
+
+    /// Largest message size of the smallest decile (0 if there are no
+    /// messages): `deciles()[0].max_size` without the deciles' statistics.
+    pub fn first_decile_max_size(&self) -> u32 {
+        let end = (self.sorted.len() / 10).max(1);
+        self.sorted.get(end - 1).map_or(0, |x| x.0)
     }
 
     /// Deciles of messages ordered by size.
@@ -129,6 +138,20 @@ mod tests {
             best_ns: best,
             core: false,
         }
+    }
+
+    #[test]
+    fn first_decile_max_size_is_the_first_deciles() {
+        for n in [1u32, 5, 9, 10, 11, 99, 100, 1234] {
+            let v: Vec<Completion> = (0..n).map(|i| c(1000 + (i * 7919) % 5000, 10, 1)).collect();
+            let t = SlowdownTable::new(&v);
+            assert_eq!(
+                t.first_decile_max_size(),
+                t.deciles()[0].max_size,
+                "{n} messages"
+            );
+        }
+        assert_eq!(SlowdownTable::new(&[]).first_decile_max_size(), 0);
     }
 
     #[test]

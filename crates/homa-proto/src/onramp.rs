@@ -299,12 +299,19 @@ impl crate::endpoint::Endpoint {
 
     /// Ends the holds due by `now` and puts their parked messages back in
     /// the send queue (SRPT order; each message's packets go in offset
-    /// order as always). One compare when nothing is due.
-    #[inline]
+    /// order as always). One compare when nothing is due: it runs on every
+    /// `poll_transmit`, so the work is out of line (inlined whole, the call
+    /// cost ~6 instructions per poll with On-Ramp off, cachegrind on W2).
+    #[inline(always)]
     pub(crate) fn onramp_release(&mut self, now: Time) {
-        if now < self.onramp.next_release {
-            return;
+        if now >= self.onramp.next_release {
+            self.onramp_release_due(now);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn onramp_release_due(&mut self, now: Time) {
         let (released, parked) = self.onramp.due(now);
         for pk in released {
             if self.peers.is_live(pk) {

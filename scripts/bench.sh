@@ -9,7 +9,7 @@
 #
 # `scripts/bench.sh sim ...` runs the simulator from its own profile-guided
 # build (`scripts/pgo-build.sh --sim`: the `sim` profile, trained on short
-# simulations), ~6% more simulated events per CPU second than `cargo run
+# simulations), 5-15% more simulated events per CPU second than `cargo run
 # --profile sim`.
 #
 # Usage: scripts/bench.sh SUBCOMMAND [ARGS...]   e.g. scripts/bench.sh echo-bench
@@ -45,7 +45,7 @@ key=$(
 if [ "${1:-}" = sim ]; then
     profile=sim
     mode=--sim
-    slower="~6% fewer simulated events per CPU second"
+    slower="5-15% fewer simulated events per CPU second"
 else
     profile=release
     mode=

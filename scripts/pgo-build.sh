@@ -7,7 +7,7 @@
 #
 # With --sim it builds the simulator's binary instead: the `sim` profile
 # (whole-program optimisation), trained on short `homa sim` runs of W1-W5
-# (Homa and basic) and of the incast experiment; ~6% more simulated events
+# (Homa and basic) and of the incast experiment; 5-15% more simulated events
 # per CPU second than the plain `sim` build (docs/simulation.md,
 # "Twenty-sixth session").
 #

@@ -1025,8 +1025,13 @@ pub(crate) struct Derived {
     measure_rtt: bool,
     /// `Config::window_policy` is adaptive.
     adaptive: bool,
+    /// `Config::require_checksum` (read for every datagram received).
+    require_checksum: bool,
     /// `Config::max_echo_hold_ns` in echo ticks.
     echo_hold: u32,
+    /// `Config::pacer_bypass_bytes` (read for every packet sent while the
+    /// NIC queue is full).
+    pacer_bypass_bytes: u32,
     keepalive_ns: u64,
     resend_interval_ns: u64,
     /// Bytes one timer tick asks for again, over all RPCs: the receiver's
@@ -1057,7 +1062,9 @@ impl Derived {
             top_priority: config.priority_levels - 1,
             measure_rtt: config.measure_rtt || config.window_policy == WindowPolicy::Adaptive,
             adaptive: config.window_policy == WindowPolicy::Adaptive,
+            require_checksum: config.require_checksum,
             echo_hold: crate::peer::echo_ticks(config.max_echo_hold_ns),
+            pacer_bypass_bytes: config.pacer_bypass_bytes,
             keepalive_ns: (config.effective_rpc_timeout_ns() / 4)
                 .max(config.effective_resend_interval_ns()),
             resend_interval_ns: config.effective_resend_interval_ns(),
@@ -1107,6 +1114,16 @@ impl Derived {
     #[inline(always)]
     pub fn adaptive(&self) -> bool {
         self.adaptive
+    }
+
+    #[inline]
+    pub fn require_checksum(&self) -> bool {
+        self.require_checksum
+    }
+
+    #[inline]
+    pub fn pacer_bypass_bytes(&self) -> u32 {
+        self.pacer_bypass_bytes
     }
 
     /// What adaptive windows are computed from.

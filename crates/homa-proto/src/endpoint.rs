@@ -274,6 +274,15 @@ pub struct Endpoint {
     shut_down: bool,
     /// Inside `poll_transmit_split`: DATA payloads are handed back, not copied.
     pub(crate) split: Split,
+    // The two concerns below are idle in most runs but read on every poll
+    // (`Streams::has_ready` and `next_tick`, `OnRamp::next_release`, each its
+    // struct's first fields): kept here, next to the send queue, rather than
+    // after the tables (W1, 30,000 messages, cachegrind: 3.5% fewer L1 data
+    // misses than at the end).
+    /// Streams (`stream.rs`).
+    pub(crate) streams: crate::stream::Streams,
+    /// On-Ramp's held peers and parked messages (empty when it is off).
+    pub(crate) onramp: crate::onramp::OnRamp,
     /// Values derived from `config` at creation (packet payload size,
     /// unscheduled bytes, our cutoffs...).
     pub(crate) derived: Derived,
@@ -301,15 +310,11 @@ pub struct Endpoint {
     pub(crate) metrics: Metrics,
     /// Tombstones' expiry queue and count (the ids are in `server_ids`).
     pub(crate) tombstones: Tombstones,
-    /// On-Ramp's held peers and parked messages (empty when it is off).
-    pub(crate) onramp: crate::onramp::OnRamp,
     /// Adaptive windows: the rate at which this endpoint received DATA over
     /// about the last RTT, which tells its own queue from a foreign one.
     pub(crate) rx_rate: crate::window::RxRate,
     /// The serial of the next [`PartialMessage`].
     pub(crate) next_partial_serial: u64,
-    /// Streams (`stream.rs`).
-    pub(crate) streams: crate::stream::Streams,
 }
 
 // The fields the calls after every input read (`poll_event`,
@@ -856,7 +861,7 @@ impl Endpoint {
         }
         // A checksum that is present is always checked; an absent one is
         // refused only if we require checksums (see `Config::checksum`).
-        if !wire::verify_checksum(datagram, self.config.require_checksum) {
+        if !wire::verify_checksum(datagram, self.derived.require_checksum()) {
             self.metrics.drop(DropReason::BadChecksum);
             return hint;
         }

@@ -179,13 +179,16 @@ impl OnRampPath {
 /// nothing for them) and go back into it, in SRPT order, when their
 /// destination is released.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct OnRamp {
+    /// The earliest release (`Time::MAX`: nothing held). First: every
+    /// `poll_transmit` and `poll_timeout` reads it, and nothing else here
+    /// while On-Ramp is off.
+    pub next_release: Time,
     /// Held peers and when each is released.
     held: Vec<(Time, PeerKey)>,
     /// Messages of held peers with bytes to send (no duplicates).
     parked: Vec<RpcKey>,
-    /// The earliest release (`Time::MAX`: nothing held).
-    pub next_release: Time,
 }
 
 impl Default for OnRamp {

@@ -223,7 +223,7 @@ impl Endpoint {
         } else {
             let first = self.sends.head()?;
             let out = self.out_msg(first);
-            (out.len <= self.config.pacer_bypass_bytes).then_some(Choice {
+            (out.len <= self.derived.pacer_bypass_bytes()).then_some(Choice {
                 key: first,
                 first,
                 fifo_turn: false,

@@ -447,20 +447,23 @@ impl Stream {
 }
 
 /// Every stream of the endpoint and the send rotation.
+#[repr(C)]
 pub(crate) struct Streams {
+    // The two fields every poll reads first (`has_ready`,
+    // `Endpoint::poll_timeout`), the rest after them.
+    /// The next timer run (`Time::MAX`: none).
+    pub next_tick: Time,
+    /// Streams with a packet to send, in turn.
+    rotation: VecDeque<StreamId>,
     /// By id; ordered so that timers visit streams in the same order every
     /// run (simulations are deterministic).
     table: BTreeMap<StreamId, Stream>,
-    /// Streams with a packet to send, in turn.
-    rotation: VecDeque<StreamId>,
     /// Streams owed a timer check each tick: bytes unacknowledged, or a gap.
     active: BTreeSet<StreamId>,
     /// Bytes of messages sent while a stream waited (its share, see
     /// `Config::stream_share_permille`).
     debt: u64,
     next_seq: u64,
-    /// The next timer run (`Time::MAX`: none).
-    pub next_tick: Time,
     /// The next keep-alive scan of every stream.
     next_scan: Time,
     /// When a packet of a short message (one sent whole unscheduled) last
@@ -932,7 +935,7 @@ impl Endpoint {
             }
             let rank = s.tx.rank();
             let goes = head_remaining.is_none_or(|h| rank <= h) || self.streams.debt >= turn_bytes;
-            let may = pacer_open || rank <= self.config.pacer_bypass_bytes as u64;
+            let may = pacer_open || rank <= self.derived.pacer_bypass_bytes() as u64;
             if !goes || !may {
                 return None;
             }

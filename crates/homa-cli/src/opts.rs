@@ -174,6 +174,7 @@ pub fn set_engine_param(c: &mut homa::EngineConfig, kv: &str) -> anyhow::Result<
         "onramp_max_hold_us" => c.onramp_max_hold_ns = Some(n * 1000),
         "onramp_open_permille" => c.onramp_open_permille = n as u32,
         "onramp_fresh_reports" => c.onramp_fresh_reports = n != 0,
+        "onramp_hold_grants" => c.onramp_hold_grants = n != 0,
         other => anyhow::bail!("unknown engine parameter {other:?}"),
     }
     Ok(())

@@ -59,6 +59,10 @@ pub struct ExperimentArgs {
     /// previous hold (true/false; default: the engine's).
     #[arg(long)]
     pub onramp_fresh_reports: Option<bool>,
+    /// onramp: receivers also hold their grants while their own downlink
+    /// shows a queue above T (true/false; default: the engine's, true).
+    #[arg(long)]
+    pub onramp_hold_grants: Option<bool>,
     /// onramp: hosts' clocks up to this far apart either way (e.g. 1s;
     /// uniform per host from the seed). Default 0: one shared clock.
     #[arg(long, default_value = "0")]
@@ -304,6 +308,7 @@ fn onramp_spec(
     }
     spec.onramp_settings.open_permille = e.onramp_open_permille;
     spec.onramp_settings.fresh_reports = e.onramp_fresh_reports;
+    spec.onramp_settings.hold_grants = e.onramp_hold_grants;
     let offset_ns = dur("clock-offset-ns", &e.clock_offset_ns)?;
     if offset_ns > 1_000_000_000_000 {
         bail!("--clock-offset-ns above 1000 s");

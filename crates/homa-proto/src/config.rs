@@ -314,6 +314,16 @@ pub struct Config {
     /// is not earlier): a report about a packet sent before the hold
     /// describes the queue the hold was already for.
     pub onramp_fresh_reports: bool,
+    /// With On-Ramp on, a receiver also holds its grants, by the same rule
+    /// and bounds, while its own downlink's queueing delay exceeds T: the
+    /// one-way delay of each arriving DATA packet (our arrival minus its
+    /// send time, minus that sender's windowed minimum) shows the queue
+    /// behind it at once, from every sender, where a sender learns of it
+    /// only from the packets sent back to it. Grants are the scheduled
+    /// bytes' permission to leave their senders, so withholding them keeps
+    /// those bytes at the edge, which is On-Ramp's aim (docs/onramp.md
+    /// §2.1; measured in §6.9). No effect with On-Ramp off.
+    pub onramp_hold_grants: bool,
 }
 
 /// Which RTT value signals congestion (`docs/congestion.md`).
@@ -472,6 +482,7 @@ impl Default for Config {
             onramp_owd_window_ns: 10_000_000,
             onramp_open_permille: 1000,
             onramp_fresh_reports: false,
+            onramp_hold_grants: true,
         }
     }
 }

@@ -214,4 +214,7 @@ setters! {
     /// Holds start only on reports about packets sent after the previous
     /// hold ended.
     plain with_onramp_fresh_reports(onramp_fresh_reports: bool) = false;
+    /// A receiver also holds its grants while its own downlink shows a
+    /// queue above T.
+    plain with_onramp_hold_grants(onramp_hold_grants: bool) = true;
 }

@@ -969,6 +969,9 @@ impl Endpoint {
             }
             if self.derived.onramp().is_some() {
                 self.onramp_report(now, pk, c.send_time, c.echo_time);
+                if ptype == wire::PacketType::Data {
+                    self.onramp_inbound(now, pk, c.send_time);
+                }
             }
         }
         pk

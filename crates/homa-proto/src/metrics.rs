@@ -151,6 +151,11 @@ pub struct Metrics {
     /// On-Ramp: messages parked outside the send queue because their
     /// destination was held (a message parked by two holds counts twice).
     pub onramp_parked: u64,
+    /// On-Ramp: holds of this receiver's grants started (its downlink's
+    /// queueing delay, seen on arriving DATA, exceeded T).
+    pub onramp_grant_holds: u64,
+    /// On-Ramp: those holds' lengths, summed (ns).
+    pub onramp_grants_held_ns: u64,
     /// Streams opened here or by peers.
     pub streams_opened: u64,
     /// Streams that ended early (reset, timeout, shutdown).
@@ -219,6 +224,8 @@ impl Metrics {
             ("onramp_holds", self.onramp_holds),
             ("onramp_held_ns", self.onramp_held_ns),
             ("onramp_parked", self.onramp_parked),
+            ("onramp_grant_holds", self.onramp_grant_holds),
+            ("onramp_grants_held_ns", self.onramp_grants_held_ns),
             ("streams_opened", self.streams_opened),
             ("streams_failed", self.streams_failed),
             ("stream_bytes_sent", self.stream_bytes_sent),

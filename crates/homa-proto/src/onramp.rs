@@ -36,6 +36,10 @@ pub(crate) struct OnRampParams {
     /// `docs/onramp.md` §6.7); a held message then sends its unscheduled
     /// bytes and is parked when it reaches its scheduled part.
     pub hold_unscheduled: bool,
+    /// A receiver holds its grants, by the same rule, while its own
+    /// downlink's queueing delay (seen on arriving DATA) exceeds T
+    /// (`Config::onramp_hold_grants`).
+    pub hold_grants: bool,
 }
 
 impl OnRampParams {
@@ -48,51 +52,131 @@ impl OnRampParams {
             open_permille: config.onramp_open_permille,
             fresh_reports: config.onramp_fresh_reports,
             hold_unscheduled: config.priority_levels <= 1,
+            hold_grants: config.onramp_hold_grants,
         })
     }
 }
 
-/// The one-way delay to a peer as its clock minus ours, and the hold state.
+/// A windowed minimum of one-way delays, and so the queueing delay of the
+/// latest: `owd − min`.
 ///
-/// `owd` values are `arrival on the peer's clock − send time on ours`: the
-/// true delay plus an unknown, nearly constant clock offset, so only their
-/// differences mean anything. The minimum is kept over two consecutive
-/// buckets of `window_ns` (so over the last one to two windows): O(1), and
-/// a drifting offset is forgotten within two windows.
+/// `owd` values are an arrival time on one host's clock minus a send time
+/// on another's: the true delay plus an unknown, nearly constant clock
+/// offset, so only their differences mean anything. The minimum is kept
+/// over two consecutive buckets of `window_ns` (so over the last one to two
+/// windows): O(1), and a drifting offset is forgotten within two windows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct OnRampPath {
+pub(crate) struct OwdWindow {
     /// Smallest `owd` of the current bucket (`i64::MAX`: none).
     cur_min: i64,
     /// Smallest `owd` of the bucket before (`i64::MAX`: none).
     prev_min: i64,
     /// When the current bucket started.
     bucket_start: Time,
-    /// The latest queueing delay: `owd − min` (ns).
-    pub queueing_ns: u64,
-    /// The destination is held until this time (meaningful while `held`).
+}
+
+impl Default for OwdWindow {
+    fn default() -> OwdWindow {
+        OwdWindow {
+            cur_min: i64::MAX,
+            prev_min: i64::MAX,
+            bucket_start: 0,
+        }
+    }
+}
+
+impl OwdWindow {
+    /// The windowed minimum `owd`, if any sample was taken.
+    #[cfg(test)]
+    pub fn min(&self) -> Option<i64> {
+        let m = self.cur_min.min(self.prev_min);
+        (m != i64::MAX).then_some(m)
+    }
+
+    /// Takes the one-way delay `owd` observed at `now` and returns its
+    /// queueing delay: `owd` minus the minimum of the last one to two
+    /// windows of `window_ns` (this sample included), in ns.
+    pub fn observe(&mut self, now: Time, owd: i64, window_ns: u64) -> u64 {
+        if self.cur_min == i64::MAX && self.prev_min == i64::MAX {
+            // The first sample (or the first after two empty windows)
+            // starts the first bucket: bucket edges are relative to the
+            // samples, never to the clock's reading, so that hosts whose
+            // clocks read differently decide alike.
+            self.bucket_start = now;
+        } else if now.saturating_sub(self.bucket_start) >= window_ns {
+            // Two windows without a sample forget everything.
+            self.prev_min = if now.saturating_sub(self.bucket_start) >= 2 * window_ns {
+                i64::MAX
+            } else {
+                self.cur_min
+            };
+            self.cur_min = i64::MAX;
+            self.bucket_start = now;
+        }
+        self.cur_min = self.cur_min.min(owd);
+        let min = self.cur_min.min(self.prev_min);
+        owd.saturating_sub(min).max(0) as u64
+    }
+}
+
+/// The hold rule's state for one thing that can be held: a destination's
+/// DATA at a sender, or a receiver's grants.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Hold {
+    /// Held until this time (meaningful while `held`).
     pub held_until: Time,
-    /// Whether the destination is held now; its messages are parked.
+    /// Whether it is held now.
     pub held: bool,
     /// When the latest hold ended, and how long it was: a new hold may not
     /// start before `released_at + last_hold × open_permille / 1000` (see
-    /// [`Self::sample`]).
+    /// [`Self::start`]).
     pub released_at: Time,
     pub last_hold: u64,
 }
 
-impl Default for OnRampPath {
-    fn default() -> OnRampPath {
-        OnRampPath {
-            cur_min: i64::MAX,
-            prev_min: i64::MAX,
-            bucket_start: 0,
-            queueing_ns: 0,
-            held_until: 0,
-            held: false,
-            released_at: 0,
-            last_hold: 0,
+impl Hold {
+    /// Given the queueing delay `queueing_ns` seen at `now`, returns the
+    /// hold to start (ns), if one should: when it exceeds T, for
+    /// `queueing − T` (the natural reading of the paper's rule: hold until
+    /// the excess queue has drained at line rate; see `docs/onramp.md`), at
+    /// most `max_hold_ns`. A hold is not extended while it runs, and after
+    /// one ends a new one may start only when it has been open
+    /// `open_permille` of the hold's length (by default as long as it was
+    /// held), so that samples — stale ones, or forged ones — hold it at most
+    /// 1000 / (1000 + `open_permille`) of the time (half by default) and
+    /// never more than `max_hold_ns` at once.
+    pub fn start(&mut self, now: Time, queueing_ns: u64, p: &OnRampParams) -> Option<u64> {
+        let open_for = self.last_hold.saturating_mul(p.open_permille as u64) / 1000;
+        if queueing_ns <= p.threshold_ns
+            || self.held
+            || now < self.released_at.saturating_add(open_for)
+        {
+            return None;
         }
+        let hold = (queueing_ns - p.threshold_ns).min(p.max_hold_ns);
+        self.held = true;
+        self.held_until = now.saturating_add(hold);
+        self.last_hold = hold;
+        Some(hold)
     }
+
+    /// Ends the hold at `now`.
+    pub fn release(&mut self, now: Time) {
+        self.held = false;
+        self.released_at = now;
+    }
+}
+
+/// What a sender knows of the path to one destination: the one-way delays
+/// its packets met (as the destination reports them) and the hold of its
+/// DATA to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct OnRampPath {
+    /// `owd` = arrival on the peer's clock − send time on ours.
+    pub owd: OwdWindow,
+    /// The latest queueing delay: `owd − min` (ns).
+    pub queueing_ns: u64,
+    pub hold: Hold,
 }
 
 /// The one-way delay a packet from a peer reports, as its clock minus ours:
@@ -108,24 +192,8 @@ pub(crate) fn reported_owd(send_time: u64, echo_time: u64) -> Option<i64> {
 }
 
 impl OnRampPath {
-    /// The windowed minimum `owd`, if any sample was taken.
-    #[cfg(test)]
-    pub fn min(&self) -> Option<i64> {
-        let m = self.cur_min.min(self.prev_min);
-        (m != i64::MAX).then_some(m)
-    }
-
     /// Takes a one-way delay report `owd` at `now` and returns the hold to
-    /// start (ns), if one should: when the queueing delay `owd − min`
-    /// exceeds T, for `queueing − T` (the natural reading of the paper's
-    /// rule: hold until the excess queue has drained at line rate; see
-    /// `docs/onramp.md`), at most `max_hold_ns`. A hold is not extended
-    /// while it runs, and after one ends a new one may start only when the
-    /// destination has been open `open_permille` of the hold's length (by
-    /// default as long as it was held), so that reports — stale ones about
-    /// packets sent before the hold, or forged ones — hold a destination at
-    /// most 1000 / (1000 + `open_permille`) of the time (half by default)
-    /// and never more than `max_hold_ns` at once.
+    /// start (ns), if one should ([`Hold::start`]).
     ///
     /// `echo_time` is the report's echo of our own send time (our clock,
     /// plus the peer's holding time, which is short for the GRANTs and
@@ -133,44 +201,11 @@ impl OnRampPath {
     /// echo is older than the end of the previous hold is about a packet
     /// sent before it, and starts nothing.
     pub fn sample(&mut self, now: Time, owd: i64, echo_time: u64, p: &OnRampParams) -> Option<u64> {
-        if self.cur_min == i64::MAX && self.prev_min == i64::MAX {
-            // The first sample (or the first after two empty windows)
-            // starts the first bucket: bucket edges are relative to the
-            // samples, never to the clock's reading, so that hosts whose
-            // clocks read differently decide alike.
-            self.bucket_start = now;
-        } else if now.saturating_sub(self.bucket_start) >= p.window_ns {
-            // Two windows without a sample forget everything.
-            self.prev_min = if now.saturating_sub(self.bucket_start) >= 2 * p.window_ns {
-                i64::MAX
-            } else {
-                self.cur_min
-            };
-            self.cur_min = i64::MAX;
-            self.bucket_start = now;
-        }
-        self.cur_min = self.cur_min.min(owd);
-        let min = self.cur_min.min(self.prev_min);
-        self.queueing_ns = owd.saturating_sub(min).max(0) as u64;
-        let open_for = self.last_hold.saturating_mul(p.open_permille as u64) / 1000;
-        if self.queueing_ns <= p.threshold_ns
-            || self.held
-            || now < self.released_at.saturating_add(open_for)
-            || (p.fresh_reports && echo_time < self.released_at)
-        {
+        self.queueing_ns = self.owd.observe(now, owd, p.window_ns);
+        if p.fresh_reports && echo_time < self.hold.released_at {
             return None;
         }
-        let hold = (self.queueing_ns - p.threshold_ns).min(p.max_hold_ns);
-        self.held = true;
-        self.held_until = now.saturating_add(hold);
-        self.last_hold = hold;
-        Some(hold)
-    }
-
-    /// Ends the hold at `now`.
-    pub fn release(&mut self, now: Time) {
-        self.held = false;
-        self.released_at = now;
+        self.hold.start(now, self.queueing_ns, p)
     }
 }
 
@@ -189,6 +224,9 @@ pub(crate) struct OnRamp {
     held: Vec<(Time, PeerKey)>,
     /// Messages of held peers with bytes to send (no duplicates).
     parked: Vec<RpcKey>,
+    /// This endpoint's grants as a receiver, held while its own downlink
+    /// shows a queue (`OnRampParams::hold_grants`).
+    pub grants: Hold,
 }
 
 impl Default for OnRamp {
@@ -197,6 +235,7 @@ impl Default for OnRamp {
             held: Vec::new(),
             parked: Vec::new(),
             next_release: Time::MAX,
+            grants: Hold::default(),
         }
     }
 }
@@ -231,6 +270,9 @@ impl OnRamp {
             keep
         });
         self.next_release = self.held.iter().map(|h| h.0).min().unwrap_or(Time::MAX);
+        if self.grants.held {
+            self.next_release = self.next_release.min(self.grants.held_until);
+        }
         (released, std::mem::take(&mut self.parked))
     }
 }
@@ -257,10 +299,17 @@ impl crate::endpoint::Endpoint {
         let o = &self.peers.path(key).onramp;
         Some(PeerOnRamp {
             queueing_ns: o.queueing_ns,
-            held: o.held,
-            held_until: o.held_until,
-            last_hold_ns: o.last_hold,
+            held: o.hold.held,
+            held_until: o.hold.held_until,
+            last_hold_ns: o.hold.last_hold,
         })
+    }
+
+    /// Until when On-Ramp holds this receiver's grants (`None`: not held;
+    /// `Config::onramp_hold_grants`). Our clock.
+    pub fn onramp_grants_held_until(&self) -> Option<Time> {
+        let g = &self.onramp.grants;
+        g.held.then_some(g.held_until)
     }
 
     /// A packet from peer `pk` carried `send_time` and `echo_time`: with
@@ -279,9 +328,9 @@ impl crate::endpoint::Endpoint {
         if path.sample(now, owd, echo_time, &p).is_none() {
             return;
         }
-        let until = path.held_until;
+        let until = path.hold.held_until;
         self.metrics.onramp_holds += 1;
-        self.metrics.onramp_held_ns += path.last_hold;
+        self.metrics.onramp_held_ns += path.hold.last_hold;
         self.onramp.hold(pk, until);
         for key in 0..self.rpcs.key_end() {
             if !self.rpcs.is_live(key) || self.rpcs[key].peer_key != pk {
@@ -312,19 +361,59 @@ impl crate::endpoint::Endpoint {
         }
     }
 
+    /// A DATA packet from peer `pk` arrived at `now`, sent at `send_time`
+    /// (its clock): with On-Ramp holding grants, its one-way delay shows
+    /// the queue at our own downlink (minus the windowed minimum for that
+    /// sender, so that each sender's clock offset cancels), and a queue
+    /// above T holds this receiver's grants by the same rule as a
+    /// destination's DATA: new grants wait, the bytes already granted
+    /// drain the queue. Every sender's packets show the one queue at once,
+    /// where a sender learns of it only from packets sent back to it.
+    #[inline]
+    pub(crate) fn onramp_inbound(&mut self, now: Time, pk: PeerKey, send_time: u64) {
+        let Some(&p) = self.derived.onramp() else {
+            return;
+        };
+        if !p.hold_grants || send_time == 0 {
+            return;
+        }
+        let owd = now.wrapping_sub(send_time) as i64;
+        let q = self
+            .peers
+            .path_mut(pk)
+            .onramp_in
+            .observe(now, owd, p.window_ns);
+        if let Some(hold) = self.onramp.grants.start(now, q, &p) {
+            self.metrics.onramp_grant_holds += 1;
+            self.metrics.onramp_grants_held_ns += hold;
+            let until = self.onramp.grants.held_until;
+            self.onramp.next_release = self.onramp.next_release.min(until);
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn onramp_release_due(&mut self, now: Time) {
+        let grants_due = self.onramp.grants.held && now >= self.onramp.grants.held_until;
+        if grants_due {
+            self.onramp.grants.release(now);
+        }
         let (released, parked) = self.onramp.due(now);
         for pk in released {
             if self.peers.is_live(pk) {
-                self.peers.path_mut(pk).onramp.release(now);
+                self.peers.path_mut(pk).onramp.hold.release(now);
             }
         }
         for key in parked {
             if self.rpcs.is_live(key) {
                 self.requeue_out(key);
             }
+        }
+        if grants_due {
+            // The grants withheld meanwhile, now.
+            self.grants.unsettle();
+            self.update_grants(now);
+            self.grant_every_message_now(now);
         }
     }
 
@@ -338,7 +427,7 @@ impl crate::endpoint::Endpoint {
             return false;
         };
         let rpc = &self.rpcs[key];
-        self.peers.path(rpc.peer_key).onramp.held
+        self.peers.path(rpc.peer_key).onramp.hold.held
             && (p.hold_unscheduled || rpc.out.as_ref().is_some_and(|o| o.scheduled_part()))
     }
 }
@@ -354,6 +443,7 @@ mod tests {
         open_permille: 1000,
         fresh_reports: false,
         hold_unscheduled: true,
+        hold_grants: false,
     };
 
     #[test]
@@ -374,10 +464,10 @@ mod tests {
         assert_eq!(p.sample(0, -7_000, 0, &P), None);
         assert_eq!(p.sample(10, -7_000 + 10_000, 0, &P), None); // exactly T
         assert_eq!(p.sample(20, -7_000 + 35_000, 0, &P), Some(25_000));
-        assert!(p.held && p.held_until == 25_020);
+        assert!(p.hold.held && p.hold.held_until == 25_020);
         // Not extended while held.
         assert_eq!(p.sample(30, 1_000_000, 0, &P), None);
-        p.release(25_020);
+        p.hold.release(25_020);
         // Not again before as long as the hold has passed.
         assert_eq!(p.sample(40_000, 1_000_000, 0, &P), None);
         assert_eq!(p.sample(50_040, 1_000_000, 0, &P), Some(P.max_hold_ns));
@@ -395,7 +485,7 @@ mod tests {
         let mut p = OnRampPath::default();
         p.sample(0, 0, 0, &quarter);
         assert_eq!(p.sample(10, 50_000, 0, &quarter), Some(40_000));
-        p.release(40_010);
+        p.hold.release(40_010);
         // Open a quarter of the 40 µs hold: 10 µs.
         assert_eq!(p.sample(50_000, 50_000, 0, &quarter), None);
         assert_eq!(p.sample(50_010, 50_000, 0, &quarter), Some(40_000));
@@ -406,7 +496,7 @@ mod tests {
         let mut p = OnRampPath::default();
         p.sample(0, 0, 0, &fresh);
         assert_eq!(p.sample(10, 50_000, 5, &fresh), Some(40_000));
-        p.release(40_010);
+        p.hold.release(40_010);
         // Open long enough, but the report is about a packet sent at
         // 30_000, during the hold.
         assert_eq!(p.sample(60_000, 50_000, 30_000, &fresh), None);
@@ -427,7 +517,7 @@ mod tests {
                 // A minimum early on, higher delays later.
                 let owd = if i == 3 { 100 } else { 5_000 + (i % 4) as i64 };
                 p.sample(now, owd, 0, &P);
-                mins.push(p.min());
+                mins.push(p.owd.min());
             }
             mins
         };
@@ -440,9 +530,9 @@ mod tests {
         let mut p = OnRampPath::default();
         p.sample(0, 100, 0, &P);
         p.sample(P.window_ns, 500, 0, &P);
-        assert_eq!(p.min(), Some(100));
+        assert_eq!(p.owd.min(), Some(100));
         p.sample(2 * P.window_ns, 500, 0, &P);
-        assert_eq!(p.min(), Some(500));
+        assert_eq!(p.owd.min(), Some(500));
     }
 
     /// A constant offset between the two clocks (1 s either way, or one
@@ -473,8 +563,8 @@ mod tests {
                 let now = sent + 2 * owd + hold_at_peer;
                 let r = reported_owd(send, echo).unwrap();
                 out.push((p.sample(now, r, echo, &P), p.queueing_ns));
-                if p.held && now >= p.held_until {
-                    p.release(now);
+                if p.hold.held && now >= p.hold.held_until {
+                    p.hold.release(now);
                 }
             }
             out

@@ -104,6 +104,9 @@ pub(crate) struct PeerPath {
     pub unsched: UnschedWindow,
     /// On-Ramp: the one-way delay to it and whether it is held.
     pub onramp: crate::onramp::OnRampPath,
+    /// On-Ramp, as a receiver: the one-way delay of its DATA to us (our
+    /// arrival minus its send time), whose queueing part is our downlink's.
+    pub onramp_in: crate::onramp::OwdWindow,
 }
 
 impl Peer {

@@ -175,6 +175,11 @@ pub struct OnRampReport {
     pub open_permille: u32,
     pub fresh_reports: bool,
     pub parked: u64,
+    /// Holds of receivers' grants (`Config::onramp_hold_grants`), their
+    /// mean length (µs), and whether they were on.
+    pub hold_grants: bool,
+    pub grant_holds: u64,
+    pub mean_grant_hold_us: f64,
     /// Background load offered in the window, incast load offered in the
     /// window, and DATA load the hosts carried (both), as fractions of all
     /// host links' capacity.
@@ -248,6 +253,13 @@ fn report(
         open_permille: config.onramp_open_permille,
         fresh_reports: config.onramp_fresh_reports,
         parked: e("onramp_parked"),
+        hold_grants: config.onramp_hold_grants,
+        grant_holds: e("onramp_grant_holds"),
+        mean_grant_hold_us: if e("onramp_grant_holds") > 0 {
+            e("onramp_grants_held_ns") as f64 / e("onramp_grant_holds") as f64 / 1e3
+        } else {
+            0.0
+        },
         background_offered_load: ss.offered_load_window - incast.offered_load,
         incast_offered_load: incast.offered_load,
         carried_load: ss.carried_load,

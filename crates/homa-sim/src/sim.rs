@@ -187,6 +187,7 @@ pub struct OnRampSettings {
     pub max_hold_ns: Option<u64>,
     pub open_permille: Option<u32>,
     pub fresh_reports: Option<bool>,
+    pub hold_grants: Option<bool>,
 }
 
 impl OnRampSettings {
@@ -202,6 +203,9 @@ impl OnRampSettings {
         }
         if let Some(v) = self.fresh_reports {
             c.onramp_fresh_reports = v;
+        }
+        if let Some(v) = self.hold_grants {
+            c.onramp_hold_grants = v;
         }
     }
 }

@@ -8,7 +8,7 @@
 mod common;
 
 use common::{rpc, MS};
-use homa_proto::{Config, PeerOnRamp, RpcId};
+use homa_proto::{Config, GrantPolicy, PeerOnRamp, RpcId};
 use homa_testnet::{pattern, EngineNet, Fabric, HostClock, HostId, Reply, TestApp};
 
 const US: u64 = 1_000;
@@ -285,4 +285,89 @@ fn with_priorities_a_hold_keeps_only_scheduled_bytes() {
     );
     // The large message was parked when it reached its scheduled part.
     assert!(net.endpoint(0).metrics().onramp_parked >= 1);
+}
+
+/// One 200 KB transfer from host 0 to host 1, observed in 1 µs steps, with
+/// host 1's receive path `rx_delay` slower from the start of the transfer
+/// (after a warm-up that sets the one-way delays' minimum): its duration,
+/// the longest time host 1's grants stayed held at once, and whether host
+/// 1 sent a GRANT while they were held.
+fn transfer_to_a_slow_receiver(cfg: Config, rx_delay: u64) -> (u64, u64, bool) {
+    let mut net = star(2, cfg);
+    for _ in 0..5 {
+        rpc(&mut net, 0, 1, 100);
+    }
+    net.fabric_mut().set_host_rx_delay(1, rx_delay);
+    let t = net.now();
+    let id = net.send_request(0, 1, pattern(200_000, 3)).unwrap();
+    let (mut longest, mut held_since, mut granted_while_held) = (0, None, false);
+    let limit = t + 200 * MS;
+    while net.app(0).finished_at(id).is_none() {
+        assert!(net.now() < limit, "stalled");
+        let grants = net.endpoint(1).metrics().grants_sent;
+        net.run_for(US);
+        let held = net.endpoint(1).onramp_grants_held_until().is_some();
+        match (held, held_since) {
+            (true, None) => held_since = Some(net.now()),
+            (true, Some(_)) => granted_while_held |= net.endpoint(1).metrics().grants_sent > grants,
+            (false, Some(since)) => {
+                longest = longest.max(net.now() - since);
+                held_since = None;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(net.app(0).response(id).unwrap(), &pattern(200_000, 3)[..]);
+    assert_eq!(net.app(0).failures(), 0);
+    (net.now() - t, longest, granted_while_held)
+}
+
+/// A receiver whose arriving DATA shows its own downlink's queueing delay
+/// above T (here its receive path is 60 µs slower; T is 20 µs) holds its
+/// grants for the excess, 40 µs at a time, sends no GRANT meanwhile, and
+/// grants again at the release: the message arrives intact. With
+/// `onramp_hold_grants` off it never holds them.
+#[test]
+fn a_receiver_holds_its_grants_while_its_downlink_shows_a_queue() {
+    let cfg = onramp(20 * US, MS);
+    let (_, longest, granted_while_held) = transfer_to_a_slow_receiver(cfg.clone(), 60 * US);
+    // Observed in 1 µs steps.
+    assert!(
+        (39 * US..=42 * US).contains(&longest),
+        "held {longest} ns at once"
+    );
+    assert!(!granted_while_held);
+    let (_, longest, _) =
+        transfer_to_a_slow_receiver(cfg.clone().with_onramp_hold_grants(false), 60 * US);
+    assert_eq!(longest, 0);
+    // Granting every message (BasicTransport): the same holds, and the
+    // grants its arrivals would have given meanwhile go at the release.
+    let basic = cfg.with_grant_policy(GrantPolicy::EveryMessage {
+        increment_bytes: 5 * 1_400,
+    });
+    let (_, longest, granted_while_held) = transfer_to_a_slow_receiver(basic, 60 * US);
+    assert!(
+        (39 * US..=42 * US).contains(&longest),
+        "held {longest} ns at once"
+    );
+    assert!(!granted_while_held);
+}
+
+/// One-way delays 5 ms above the minimum (as a sender with a forged or
+/// broken `send_time` would show) hold the receiver's grants at most
+/// `onramp_max_hold_ns` at a time, open as long after each: the transfer
+/// takes at most about twice as long as with On-Ramp's grant holds off.
+#[test]
+fn a_delay_far_above_any_queue_holds_grants_at_most_the_bound() {
+    let max_hold = 50 * US;
+    let cfg = onramp(10 * US, max_hold);
+    let (off, _, _) =
+        transfer_to_a_slow_receiver(cfg.clone().with_onramp_hold_grants(false), 5 * MS);
+    let (on, longest, granted_while_held) = transfer_to_a_slow_receiver(cfg, 5 * MS);
+    assert!(
+        longest > 0 && longest <= max_hold + US,
+        "held {longest} ns at once"
+    );
+    assert!(!granted_while_held);
+    assert!(on <= 2 * off + max_hold, "took {on} ns, {off} without");
 }

@@ -22,7 +22,7 @@ impl Endpoint {
     /// |---|---|---|
     /// | `homa_packets_sent`, `homa_packets_received` (label `type`: `data`, `grant`, `resend`, `rpc_unknown`, `busy`, `need_ack`, `ack`, `cutoffs`) | counter | [`Metrics`](crate::Metrics) |
     /// | `homa_packets_dropped` (label `reason`: [`DropReason::name`]) | counter | `Metrics::drops` |
-    /// | `homa_bytes_sent`, `homa_bytes_received`, `homa_data_bytes_sent`, `homa_data_bytes_received`, `homa_retransmitted_packets`, `homa_retransmitted_bytes`, `homa_resend_in_flight`, `homa_resends_sent`, `homa_restarts`, `homa_grants_sent`, `homa_granted_bytes`, `homa_timeouts`, `homa_requests_delivered`, `homa_responses_delivered`, `homa_rpcs_failed`, `homa_pool_waits`, `homa_pool_timeouts`, `homa_acks_processed`, `homa_control_dropped`, `homa_rtt_samples`, `homa_congestion_onsets`, `homa_unsched_window_cuts`, `homa_rtt_samples_congested`, `homa_rtt_samples_above_mid`, `homa_onramp_holds`, `homa_onramp_held_ns`, `homa_onramp_parked`, `homa_streams_opened`, `homa_streams_failed`, `homa_stream_bytes_sent`, `homa_stream_bytes_received` | counter | the `Metrics` field of the same name |
+    /// | `homa_bytes_sent`, `homa_bytes_received`, `homa_data_bytes_sent`, `homa_data_bytes_received`, `homa_retransmitted_packets`, `homa_retransmitted_bytes`, `homa_resend_in_flight`, `homa_resends_sent`, `homa_restarts`, `homa_grants_sent`, `homa_granted_bytes`, `homa_timeouts`, `homa_requests_delivered`, `homa_responses_delivered`, `homa_rpcs_failed`, `homa_pool_waits`, `homa_pool_timeouts`, `homa_acks_processed`, `homa_control_dropped`, `homa_rtt_samples`, `homa_congestion_onsets`, `homa_unsched_window_cuts`, `homa_rtt_samples_congested`, `homa_rtt_samples_above_mid`, `homa_onramp_holds`, `homa_onramp_held_ns`, `homa_onramp_parked`, `homa_onramp_grant_holds`, `homa_onramp_grants_held_ns`, `homa_streams_opened`, `homa_streams_failed`, `homa_stream_bytes_sent`, `homa_stream_bytes_received` | counter | the `Metrics` field of the same name |
     /// | `homa_client_rpcs`, `homa_server_rpcs`, `homa_peers`, `homa_tombstones`, `homa_pool_bpages_in_use`, `homa_granted_messages`, `homa_incoming_bytes`, `homa_pool_waiters`, `homa_sendable_messages`, `homa_streams`, `homa_stream_bytes_held` | gauge | [`EndpointStats`](crate::EndpointStats) |
     /// | `homa_socket_<field>` for each field of [`SocketStats`](crate::SocketStats) (`homa_socket_send_calls`, `homa_socket_packets_sent`...) | counter | `SocketStats` |
     /// | `homa_runtime_<field>` for each field of [`RuntimeStats`](crate::RuntimeStats) (`homa_runtime_found_polling`, `homa_runtime_slept`...) | counter | `RuntimeStats` |
@@ -62,6 +62,8 @@ impl Endpoint {
             onramp_holds,
             onramp_held_ns,
             onramp_parked,
+            onramp_grant_holds,
+            onramp_grants_held_ns,
             streams_opened,
             streams_failed,
             stream_bytes_sent,
@@ -162,6 +164,8 @@ impl Endpoint {
             ("homa_onramp_holds", onramp_holds),
             ("homa_onramp_held_ns", onramp_held_ns),
             ("homa_onramp_parked", onramp_parked),
+            ("homa_onramp_grant_holds", onramp_grant_holds),
+            ("homa_onramp_grants_held_ns", onramp_grants_held_ns),
             ("homa_streams_opened", streams_opened),
             ("homa_streams_failed", streams_failed),
             ("homa_stream_bytes_sent", stream_bytes_sent),

@@ -222,10 +222,6 @@ impl Endpoint {
             return;
         }
         if let Some(increment) = self.grants.every_message() {
-            if self.onramp.grants.held {
-                // Granted at the release (`grant_every_message_now`).
-                return;
-            }
             // BasicTransport's rule: this message alone, O(1).
             let (received, granted, len) = (inc.bytes_received, inc.granted, inc.len);
             let pk = rpc.peer_key;
@@ -696,37 +692,6 @@ impl Endpoint {
             self.grants.dequeue(remaining, birth, key);
         }
         self.raise_grant(key, target, priority)
-    }
-
-    /// Under the every-message policy (BasicTransport), gives each
-    /// incoming message the grant its arrivals would have given it while
-    /// On-Ramp held this receiver's grants (none were sent meanwhile, and
-    /// a message whose granted bytes have all arrived gets no other
-    /// prompt). A scan of the RPC table, once per release.
-    pub(crate) fn grant_every_message_now(&mut self, _now: Time) {
-        let Some(increment) = self.grants.every_message() else {
-            return;
-        };
-        for key in 0..self.rpcs.key_end() {
-            if !self.rpcs.is_live(key) {
-                continue;
-            }
-            let rpc = &self.rpcs[key];
-            let Some(inc) = rpc.inc.as_ref() else {
-                continue;
-            };
-            if inc.complete() {
-                continue;
-            }
-            let (received, granted, len) = (inc.bytes_received, inc.granted, inc.len);
-            let window = self.grant_window_of(rpc.peer_key);
-            if let Some(target) = self
-                .grants
-                .every_message_grant(window, increment, received, granted, len)
-            {
-                self.raise_grant(key, target, 0);
-            }
-        }
     }
 
     /// Sets message `key`'s grant to `target` (above its current one) and

@@ -38,7 +38,14 @@ pub(crate) struct OnRampParams {
     pub hold_unscheduled: bool,
     /// A receiver holds its grants, by the same rule, while its own
     /// downlink's queueing delay (seen on arriving DATA) exceeds T
-    /// (`Config::onramp_hold_grants`).
+    /// (`Config::onramp_hold_grants`). Only under SRPT grants (Homa): at
+    /// the release they go to the shortest messages first, so a hold
+    /// delays the longest ones, which have time to spare. Granting every
+    /// message (RAMCloud's BasicTransport, the simulator's stand-in for a
+    /// sender-driven protocol such as the paper's CUBIC and BBR) keeps the
+    /// paper's sender-side holds alone: a grant hold there delays every
+    /// message alike (measured: the background's largest messages up to
+    /// 1.37× worse, docs/onramp.md §6.9).
     pub hold_grants: bool,
 }
 
@@ -52,7 +59,9 @@ impl OnRampParams {
             open_permille: config.onramp_open_permille,
             fresh_reports: config.onramp_fresh_reports,
             hold_unscheduled: config.priority_levels <= 1,
-            hold_grants: config.onramp_hold_grants,
+            // Only SRPT grants: see `hold_grants`.
+            hold_grants: config.onramp_hold_grants
+                && config.grant_policy == crate::config::GrantPolicy::Srpt,
         })
     }
 }
@@ -410,10 +419,9 @@ impl crate::endpoint::Endpoint {
             }
         }
         if grants_due {
-            // The grants withheld meanwhile, now.
+            // The grant pass withheld meanwhile, now.
             self.grants.unsettle();
             self.update_grants(now);
-            self.grant_every_message_now(now);
         }
     }
 

@@ -321,6 +321,12 @@ pub struct OnRampReport {
     pub open_permille: u32,
     pub fresh_reports: bool,
     pub parked: u64,
+    /// Holds of receivers' grants (`Config::onramp_hold_grants`,
+    /// docs/onramp.md §2.1), their mean length (µs), and whether they were
+    /// on.
+    pub hold_grants: bool,
+    pub grant_holds: u64,
+    pub mean_grant_hold_us: f64,
     pub retransmitted_packets: u64,
     pub resends_sent: u64,
     /// Testbed layout.
@@ -740,6 +746,13 @@ pub fn run_on(tb: &Testbed, cfg: &OnRampConfig) -> Result<OnRampReport> {
         open_permille: e.onramp_open_permille,
         fresh_reports: e.onramp_fresh_reports,
         parked: c("onramp_parked"),
+        hold_grants: e.onramp_hold_grants,
+        grant_holds: c("onramp_grant_holds"),
+        mean_grant_hold_us: if c("onramp_grant_holds") > 0 {
+            c("onramp_grants_held_ns") as f64 / c("onramp_grant_holds") as f64 / 1e3
+        } else {
+            0.0
+        },
         retransmitted_packets: c("retransmitted_packets"),
         resends_sent: c("resends_sent"),
         hosts: h,

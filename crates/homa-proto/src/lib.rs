@@ -91,7 +91,7 @@ pub use endpoint::{
 };
 pub use landing::LandingSite;
 pub use metrics::{DropReason, Metrics};
-pub use onramp::PeerOnRamp;
+pub use onramp::{mean_hold_us, PeerOnRamp};
 pub use outgoing::Burst;
 pub use partial::{PartialMessage, PartialState};
 pub use pool::{Message, BPAGE_SIZE};

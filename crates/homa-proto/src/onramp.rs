@@ -286,6 +286,17 @@ impl OnRamp {
     }
 }
 
+/// The mean length in µs of `holds` holds that lasted `held_ns` in all (0
+/// if there were none): what reports make of the `onramp_held_ns` and
+/// `onramp_grants_held_ns` counters.
+pub fn mean_hold_us(held_ns: u64, holds: u64) -> f64 {
+    if holds > 0 {
+        held_ns as f64 / holds as f64 / 1e3
+    } else {
+        0.0
+    }
+}
+
 /// What an endpoint's On-Ramp knows of one peer
 /// ([`crate::Endpoint::peer_onramp`]), for tests and reports. Times in ns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

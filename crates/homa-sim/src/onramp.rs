@@ -243,11 +243,7 @@ fn report(
         drops_by_class: r.drops_by_class.clone(),
         holds,
         held_ns,
-        mean_hold_us: if holds > 0 {
-            held_ns as f64 / holds as f64 / 1e3
-        } else {
-            0.0
-        },
+        mean_hold_us: homa_proto::mean_hold_us(held_ns, holds),
         max_hold_bound_ns: config.effective_onramp_max_hold_ns(),
         threshold_ns: config.effective_onramp_threshold_ns(),
         open_permille: config.onramp_open_permille,
@@ -255,11 +251,10 @@ fn report(
         parked: e("onramp_parked"),
         hold_grants: config.onramp_hold_grants,
         grant_holds: e("onramp_grant_holds"),
-        mean_grant_hold_us: if e("onramp_grant_holds") > 0 {
-            e("onramp_grants_held_ns") as f64 / e("onramp_grant_holds") as f64 / 1e3
-        } else {
-            0.0
-        },
+        mean_grant_hold_us: homa_proto::mean_hold_us(
+            e("onramp_grants_held_ns"),
+            e("onramp_grant_holds"),
+        ),
         background_offered_load: ss.offered_load_window - incast.offered_load,
         incast_offered_load: incast.offered_load,
         carried_load: ss.carried_load,

@@ -736,11 +736,7 @@ pub fn run_on(tb: &Testbed, cfg: &OnRampConfig) -> Result<OnRampReport> {
         drops_by_class,
         holds,
         held_ns,
-        mean_hold_us: if holds > 0 {
-            held_ns as f64 / holds as f64 / 1e3
-        } else {
-            0.0
-        },
+        mean_hold_us: homa_proto::mean_hold_us(held_ns, holds),
         max_hold_bound_ns: e.effective_onramp_max_hold_ns(),
         threshold_ns: e.effective_onramp_threshold_ns(),
         open_permille: e.onramp_open_permille,
@@ -748,11 +744,10 @@ pub fn run_on(tb: &Testbed, cfg: &OnRampConfig) -> Result<OnRampReport> {
         parked: c("onramp_parked"),
         hold_grants: e.onramp_hold_grants,
         grant_holds: c("onramp_grant_holds"),
-        mean_grant_hold_us: if c("onramp_grant_holds") > 0 {
-            c("onramp_grants_held_ns") as f64 / c("onramp_grant_holds") as f64 / 1e3
-        } else {
-            0.0
-        },
+        mean_grant_hold_us: homa_proto::mean_hold_us(
+            c("onramp_grants_held_ns"),
+            c("onramp_grant_holds"),
+        ),
         retransmitted_packets: c("retransmitted_packets"),
         resends_sent: c("resends_sent"),
         hosts: h,

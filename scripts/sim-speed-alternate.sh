@@ -19,13 +19,11 @@ messages=$4
 n=$5
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+. "$(dirname "$0")/lib/sim-speed.sh"
 rate() {
-    nice -n 19 taskset -c "$1" "$2" sim --workload "$w" --load 0.8 --seed 1 \
-        --messages "$messages" --json --quiet 2>/dev/null |
-        python3 -c 'import json, sys
-r = json.load(sys.stdin)
-r = r[0] if isinstance(r, list) else r
-print(r["events_per_cpu_second"] / 1e6)'
+    local fields
+    fields=$(sim_speed_run "$1" "$2" "$w" "$messages" | sim_speed_fields)
+    echo "$fields" | cut -d' ' -f2
 }
 on_core() {
     local core=$1 first=$2 second=$3 first_name=$4 second_name=$5

@@ -20,24 +20,21 @@ rounds=${4:-2}
 messages=${5:-100000}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-args=(sim --workload "$w" --load 0.8 --seed 1 --messages "$messages" --json --quiet)
+. "$(dirname "$0")/lib/sim-speed.sh"
 for round in $(seq 1 "$rounds"); do
     co=$(((round + 1) % 2))
     cn=$((round % 2))
-    nice -n 19 taskset -c "$co" "$old" "${args[@]}" >"$out/old.json" 2>/dev/null &
+    sim_speed_run "$co" "$old" "$w" "$messages" | sim_speed_fields >"$out/old" &
     a=$!
-    nice -n 19 taskset -c "$cn" "$new" "${args[@]}" >"$out/new.json" 2>/dev/null &
+    sim_speed_run "$cn" "$new" "$w" "$messages" | sim_speed_fields >"$out/new" &
     b=$!
     wait "$a" "$b"
-    python3 - "$out" "$w" "$round" <<'PY'
-import json, sys
-out, w, rd = sys.argv[1:]
-def rate(kind):
-    r = json.load(open(f"{out}/{kind}.json"))
-    r = r[0] if isinstance(r, list) else r
-    return r["events"], r["events_per_cpu_second"] / 1e6, r["cpu_seconds"]
-o, n = rate("old"), rate("new")
-print(f"{w} round {rd}: old {o[1]:.2f} M events/CPU s ({o[0]} events, {o[2]:.1f} s), "
-      f"new {n[1]:.2f} ({n[0]} events, {n[2]:.1f} s), new/old {n[1] / o[1]:.3f}")
-PY
+    read -r oe or oc <"$out/old"
+    read -r ne nr nc <"$out/new"
+    python3 -c 'import sys
+w, rd, oe, o, oc, ne, n, nc = sys.argv[1:]
+o, n = float(o), float(n)
+print(f"{w} round {rd}: old {o:.2f} M events/CPU s ({oe} events, {float(oc):.1f} s), "
+      f"new {n:.2f} ({ne} events, {float(nc):.1f} s), new/old {n / o:.3f}")' \
+        "$w" "$round" "$oe" "$or" "$oc" "$ne" "$nr" "$nc"
 done

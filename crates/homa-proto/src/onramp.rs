@@ -229,13 +229,14 @@ pub(crate) struct OnRamp {
     /// `poll_transmit` and `poll_timeout` reads it, and nothing else here
     /// while On-Ramp is off.
     pub next_release: Time,
+    /// This endpoint's grants as a receiver, held while its own downlink
+    /// shows a queue (`OnRampParams::hold_grants`). Second: every grant
+    /// pass reads `grants.held`, on the line `next_release` is on.
+    pub grants: Hold,
     /// Held peers and when each is released.
     held: Vec<(Time, PeerKey)>,
     /// Messages of held peers with bytes to send (no duplicates).
     parked: Vec<RpcKey>,
-    /// This endpoint's grants as a receiver, held while its own downlink
-    /// shows a queue (`OnRampParams::hold_grants`).
-    pub grants: Hold,
 }
 
 impl Default for OnRamp {

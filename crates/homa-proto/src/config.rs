@@ -322,9 +322,10 @@ pub struct Config {
     /// only from the packets sent back to it. Grants are the scheduled
     /// bytes' permission to leave their senders, so withholding them keeps
     /// those bytes at the edge, which is On-Ramp's aim (docs/onramp.md
-    /// §2.1; measured in §6.9). Under SRPT grants only (`GrantPolicy::Srpt`;
-    /// granting every message keeps the sender's holds alone). No effect
-    /// with On-Ramp off.
+    /// §2.1; measured in §6.9). Under SRPT grants (`GrantPolicy::Srpt`) on a
+    /// network with one priority level only (granting every message, or
+    /// several levels, keep the sender's holds alone). No effect with
+    /// On-Ramp off.
     pub onramp_hold_grants: bool,
 }
 

@@ -326,8 +326,8 @@ fn transfer_to_a_slow_receiver(cfg: Config, rx_delay: u64) -> (u64, u64, bool) {
 /// above T (here its receive path is 60 µs slower; T is 20 µs) holds its
 /// grants for the excess, 40 µs at a time, sends no GRANT meanwhile, and
 /// grants again at the release: the message arrives intact. With
-/// `onramp_hold_grants` off, or granting every message, it never holds
-/// them.
+/// `onramp_hold_grants` off, on a network with several priority levels,
+/// or granting every message, it never holds them.
 #[test]
 fn a_receiver_holds_its_grants_while_its_downlink_shows_a_queue() {
     let cfg = onramp(20 * US, MS);
@@ -340,6 +340,13 @@ fn a_receiver_holds_its_grants_while_its_downlink_shows_a_queue() {
     assert!(!granted_while_held);
     let (_, longest, _) =
         transfer_to_a_slow_receiver(cfg.clone().with_onramp_hold_grants(false), 60 * US);
+    assert_eq!(longest, 0);
+    // Several priority levels: the sender-side holds only.
+    let levels = cfg
+        .clone()
+        .with_priority_levels(8)
+        .with_unsched_priorities(4);
+    let (_, longest, _) = transfer_to_a_slow_receiver(levels, 60 * US);
     assert_eq!(longest, 0);
     // Granting every message (BasicTransport): the paper's sender-side
     // holds only.

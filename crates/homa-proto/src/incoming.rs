@@ -534,7 +534,7 @@ impl Endpoint {
     /// credit, which a second pass would zero again), so until something
     /// else changes (see `Grants::is_settled`) another pass would do nothing.
     pub(crate) fn update_grants(&mut self, _now: Time) -> bool {
-        if self.onramp.grants.held {
+        if self.onramp.grants_held() {
             // On-Ramp holds our grants (`onramp_inbound`); the pass is owed
             // (still unsettled) and runs at the release.
             return false;

@@ -238,7 +238,7 @@ pub(crate) struct OnRamp {
     /// This endpoint's grants as a receiver, held while its own downlink
     /// shows a queue (`OnRampParams::hold_grants`). Second: every grant
     /// pass reads `grants.held`, on the line `next_release` is on.
-    pub grants: Hold,
+    grants: Hold,
     /// Held peers and when each is released.
     held: Vec<(Time, PeerKey)>,
     /// Messages of held peers with bytes to send (no duplicates).
@@ -273,10 +273,36 @@ impl OnRamp {
         new
     }
 
-    /// The peers whose hold ends by `now` (removed from the held list), and
-    /// the messages parked so far (to requeue; those of peers still held
-    /// park again).
-    pub fn due(&mut self, now: Time) -> (Vec<PeerKey>, Vec<RpcKey>) {
+    /// Starts a hold of this receiver's grants if the queueing delay
+    /// `queueing_ns` its downlink shows at `now` calls for one
+    /// ([`Hold::start`]); returns its length.
+    pub fn hold_grants(&mut self, now: Time, queueing_ns: u64, p: &OnRampParams) -> Option<u64> {
+        let hold = self.grants.start(now, queueing_ns, p)?;
+        self.next_release = self.next_release.min(self.grants.held_until);
+        Some(hold)
+    }
+
+    /// Until when this receiver's grants are held (`None`: not held).
+    #[inline]
+    pub fn grants_held_until(&self) -> Option<Time> {
+        self.grants.held.then_some(self.grants.held_until)
+    }
+
+    /// Whether this receiver's grants are held now.
+    #[inline(always)]
+    pub fn grants_held(&self) -> bool {
+        self.grants.held
+    }
+
+    /// The peers whose hold ends by `now` (removed from the held list), the
+    /// messages parked so far (to requeue; those of peers still held park
+    /// again), and whether the hold of this receiver's grants ended (its
+    /// grant pass is owed).
+    pub fn due(&mut self, now: Time) -> (Vec<PeerKey>, Vec<RpcKey>, bool) {
+        let grants_released = self.grants.held && now >= self.grants.held_until;
+        if grants_released {
+            self.grants.release(now);
+        }
         let mut released = Vec::new();
         self.held.retain(|&(until, pk)| {
             let keep = until > now;
@@ -289,7 +315,7 @@ impl OnRamp {
         if self.grants.held {
             self.next_release = self.next_release.min(self.grants.held_until);
         }
-        (released, std::mem::take(&mut self.parked))
+        (released, std::mem::take(&mut self.parked), grants_released)
     }
 }
 
@@ -335,8 +361,7 @@ impl crate::endpoint::Endpoint {
     /// Until when On-Ramp holds this receiver's grants (`None`: not held;
     /// `Config::onramp_hold_grants`). Our clock.
     pub fn onramp_grants_held_until(&self) -> Option<Time> {
-        let g = &self.onramp.grants;
-        g.held.then_some(g.held_until)
+        self.onramp.grants_held_until()
     }
 
     /// A packet from peer `pk` carried `send_time` and `echo_time`: with
@@ -410,22 +435,16 @@ impl crate::endpoint::Endpoint {
             .path_mut(pk)
             .onramp_in
             .observe(now, owd, p.window_ns);
-        if let Some(hold) = self.onramp.grants.start(now, q, &p) {
+        if let Some(hold) = self.onramp.hold_grants(now, q, &p) {
             self.metrics.onramp_grant_holds += 1;
             self.metrics.onramp_grants_held_ns += hold;
-            let until = self.onramp.grants.held_until;
-            self.onramp.next_release = self.onramp.next_release.min(until);
         }
     }
 
     #[cold]
     #[inline(never)]
     fn onramp_release_due(&mut self, now: Time) {
-        let grants_due = self.onramp.grants.held && now >= self.onramp.grants.held_until;
-        if grants_due {
-            self.onramp.grants.release(now);
-        }
-        let (released, parked) = self.onramp.due(now);
+        let (released, parked, grants_due) = self.onramp.due(now);
         for pk in released {
             if self.peers.is_live(pk) {
                 self.peers.path_mut(pk).onramp.hold.release(now);

@@ -275,14 +275,15 @@ pub struct Endpoint {
     /// Inside `poll_transmit_split`: DATA payloads are handed back, not copied.
     pub(crate) split: Split,
     // The two concerns below are idle in most runs but read on every poll
-    // (`Streams::has_ready` and `next_tick`, `OnRamp::next_release`, each its
-    // struct's first fields): kept here, next to the send queue, rather than
-    // after the tables (W1, 30,000 messages, cachegrind: 3.8% fewer L1 data
-    // misses than at the end).
-    /// Streams (`stream.rs`).
-    pub(crate) streams: crate::stream::Streams,
+    // (`OnRamp::next_release`, `Streams::has_ready` and `next_tick`, each
+    // its struct's first fields): kept here, next to the send queue, rather
+    // than after the tables (W1, 30,000 messages, cachegrind: 3.8% fewer L1
+    // data misses than at the end). On-Ramp's first fields share the line
+    // that the split's payload (taken on every poll) ends on.
     /// On-Ramp's held peers and parked messages (empty when it is off).
     pub(crate) onramp: crate::onramp::OnRamp,
+    /// Streams (`stream.rs`).
+    pub(crate) streams: crate::stream::Streams,
     /// Values derived from `config` at creation (packet payload size,
     /// unscheduled bytes, our cutoffs...).
     pub(crate) derived: Derived,
@@ -328,6 +329,11 @@ const _: () = {
     assert!(offset_of!(Endpoint, events) + size_of::<VecDeque<Event>>() <= 64);
     assert!(offset_of!(Endpoint, pacer) + size_of::<Pacer>() <= 128);
     assert!(offset_of!(Endpoint, sends) == 128);
+    // `split` (read and written by every `poll_transmit_split`) ends on the
+    // line with On-Ramp's per-poll and per-grant-pass fields.
+    let split_end = offset_of!(Endpoint, split) + size_of::<Split>();
+    let onramp_hot_end = offset_of!(Endpoint, onramp) + crate::onramp::OnRamp::HOT_BYTES;
+    assert!((split_end - 1) / 64 == (onramp_hot_end - 1) / 64);
 };
 
 /// SplitMix64's finalizer: a cheap, well-mixed, deterministic hash step.
@@ -611,10 +617,10 @@ impl Endpoint {
         if self.shut_down {
             return Err(SendError::Shutdown);
         }
-        if self.rpcs.clients() >= self.config.max_client_rpcs {
+        if self.derived.client_rpcs_full(self.rpcs.clients()) {
             // Completed RPCs not yet freed hold no room.
             self.run_deferred(now);
-            if self.rpcs.clients() >= self.config.max_client_rpcs {
+            if self.derived.client_rpcs_full(self.rpcs.clients()) {
                 return Err(SendError::TooManyRpcs(self.config.max_client_rpcs));
             }
         }
@@ -646,7 +652,7 @@ impl Endpoint {
 
     /// Checks an application's message and takes it for sending.
     fn payload(&self, msg: Outgoing) -> Result<Payload, SendError> {
-        let max = self.config.max_message_length;
+        let max = self.derived.max_message_length();
         let dpp = self.derived.data_per_packet() as usize;
         if msg.len() > max as usize {
             return Err(SendError::MessageTooLong {
@@ -1365,9 +1371,9 @@ impl Endpoint {
         let stamp = Stamp {
             now,
             echo_time: pk.map_or(0, |k| self.peers[k].echo(now, self.derived.echo_hold())),
-            cutoff_version: self.config.cutoff_version,
+            cutoff_version: self.derived.cutoff_version(),
             cutoffs: self.derived.cutoffs(),
-            checksum: self.config.checksum,
+            checksum: self.derived.checksum(),
         };
         c.encode(&stamp, buf)
     }

@@ -89,7 +89,7 @@ impl Endpoint {
             }
         };
         crate::trace_point!("engine: rpc found");
-        if h.cutoff_version != self.config.cutoff_version {
+        if h.cutoff_version != self.derived.cutoff_version() {
             let pk = self.rpcs[key].peer_key;
             self.maybe_send_cutoffs(now, from, pk, c);
         }
@@ -105,7 +105,7 @@ impl Endpoint {
                 self.metrics.drop(DropReason::Duplicate);
                 return;
             }
-            if h.message_length > self.config.max_message_length {
+            if h.message_length > self.derived.max_message_length() {
                 // Only a client gets here (servers check before creating the RPC).
                 self.metrics.drop(DropReason::MessageTooLong);
                 self.fail_client(now, key, RpcError::ResponseTooLong);
@@ -125,7 +125,7 @@ impl Endpoint {
             if let Some(DataPayload::Bytes(payload)) = payload
                 .filter(|p| h.offset == 0 && p.len() as u32 == h.message_length && !p.is_empty())
             {
-                let copy = !self.config.discard_payload;
+                let copy = !self.derived.discard_payload();
                 if let Some(message) = self.pool.message_from(payload, copy) {
                     crate::trace_point!("engine: payload written");
                     self.metrics.data_bytes_received += payload.len() as u64;
@@ -197,7 +197,7 @@ impl Endpoint {
             Some(n) => n,
         };
         if let DataPayload::Bytes(payload) = payload {
-            if !self.config.discard_payload {
+            if !self.derived.discard_payload() {
                 let alloc = inc.alloc.as_ref().unwrap();
                 match prefix {
                     None => self.pool.write(alloc, start as usize, payload),
@@ -261,25 +261,27 @@ impl Endpoint {
         let mut pk = None;
         // A held-back acknowledgement may free the room a limit needs.
         if self.has_deferred()
-            && (self.rpcs.servers() >= self.config.max_server_rpcs
+            && (self.derived.server_rpcs_full(self.rpcs.servers())
                 || (known.is_none() && self.peers.len() >= self.config.max_peers)
                 || known.is_some_and(|k| {
-                    self.peers[k].server_rpcs as usize >= self.config.max_server_rpcs_per_peer
+                    self.derived
+                        .peer_server_rpcs_full(self.peers[k].server_rpcs as usize)
                 }))
         {
             self.run_deferred(now);
         }
-        let reason = if h.message_length > self.config.max_message_length {
+        let reason = if h.message_length > self.derived.max_message_length() {
             Some(DropReason::MessageTooLong)
-        } else if self.rpcs.servers() >= self.config.max_server_rpcs {
+        } else if self.derived.server_rpcs_full(self.rpcs.servers()) {
             Some(DropReason::TooManyRpcs)
         } else {
             pk = known.or_else(|| self.ensure_peer(now, from));
             match pk {
                 None => Some(DropReason::TooManyPeers),
                 Some(k)
-                    if self.peers[k].server_rpcs as usize
-                        >= self.config.max_server_rpcs_per_peer =>
+                    if self
+                        .derived
+                        .peer_server_rpcs_full(self.peers[k].server_rpcs as usize) =>
                 {
                     Some(DropReason::TooManyRpcs)
                 }

@@ -51,7 +51,8 @@ impl Endpoint {
         head: &[u8],
         datagram_len: usize,
     ) -> Option<LandingSite<'_>> {
-        if self.is_shut_down() || self.derived.require_checksum() || self.config.discard_payload {
+        if self.is_shut_down() || self.derived.require_checksum() || self.derived.discard_payload()
+        {
             return None;
         }
         if head.get(1) == Some(&(PacketType::StreamData as u8)) {

@@ -72,26 +72,40 @@ impl DropReason {
 }
 
 /// Endpoint counters.
+// `repr(C)`, line-aligned: the counters moved for every packet received
+// (with the DATA and GRANT slots of the per-type counts) share the first
+// line, those moved for every packet sent the third. In a simulator of
+// many hosts each packet finds its endpoint cold, and scattered over the
+// struct these cost a cache miss each (W1, 30,000 messages, cachegrind).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[repr(C, align(64))]
 pub struct Metrics {
-    /// Packets sent, per type (indexed by [`PacketType::index`]; read with
-    /// [`Self::sent`]).
-    pub packets_sent: [u64; PacketType::COUNT],
-    /// Packets received that decoded, per type (indexed by
-    /// [`PacketType::index`]; read with [`Self::received`]).
-    pub packets_received: [u64; PacketType::COUNT],
-    /// Datagram bytes (UDP payload, headers and padding included) handed to
-    /// the driver.
-    pub bytes_sent: u64,
     /// Datagram bytes received, including those of dropped datagrams.
     pub bytes_received: u64,
-    /// Payload bytes of DATA packets sent / accepted.
-    pub data_bytes_sent: u64,
     /// Payload bytes received that were new to their message (duplicates
     /// not counted).
     pub data_bytes_received: u64,
+    /// [`crate::Event::Request`]s produced.
+    pub requests_delivered: u64,
+    /// [`crate::Event::Response`]s produced.
+    pub responses_delivered: u64,
+    /// Packets received that decoded, per type (indexed by
+    /// [`PacketType::index`]; read with [`Self::received`]).
+    pub packets_received: [u64; PacketType::COUNT],
     /// DATA packets sent again in answer to RESEND.
     pub retransmitted_packets: u64,
+    /// Datagram bytes (UDP payload, headers and padding included) handed to
+    /// the driver.
+    pub bytes_sent: u64,
+    /// Payload bytes of DATA packets sent.
+    pub data_bytes_sent: u64,
+    /// GRANT packets sent (one GRANT may carry several grant decisions).
+    pub grants_sent: u64,
+    /// Bytes newly granted, counted when the grant is decided.
+    pub granted_bytes: u64,
+    /// Packets sent, per type (indexed by [`PacketType::index`]; read with
+    /// [`Self::sent`]).
+    pub packets_sent: [u64; PacketType::COUNT],
     /// Payload bytes of those retransmitted packets.
     pub retransmitted_bytes: u64,
     /// RESENDs that asked only for bytes sent within the resend guard
@@ -101,19 +115,11 @@ pub struct Metrics {
     pub resends_sent: u64,
     /// Client RPCs restarted after RPC_UNKNOWN.
     pub restarts: u64,
-    /// GRANT packets sent (one GRANT may carry several grant decisions).
-    pub grants_sent: u64,
-    /// Bytes newly granted, counted when the grant is decided.
-    pub granted_bytes: u64,
     /// RPCs, client or server, abandoned after `rpc_timeout_ns` of silence.
     pub timeouts: u64,
     /// Dropped packets per [`DropReason`] (indexed by position in
     /// [`DropReason::ALL`]; read with [`Self::drops`]).
     pub drops: [u64; 12],
-    /// [`crate::Event::Request`]s produced.
-    pub requests_delivered: u64,
-    /// [`crate::Event::Response`]s produced.
-    pub responses_delivered: u64,
     /// [`crate::Event::Failed`]s produced (every failed client RPC).
     pub rpcs_failed: u64,
     /// Messages that had to wait for pool space.
@@ -165,6 +171,14 @@ pub struct Metrics {
     /// Stream payload bytes received that were new.
     pub stream_bytes_received: u64,
 }
+
+const _: () = {
+    use std::mem::offset_of;
+    // DATA's and GRANT's slots (indices 0 and 1) on the line of their side.
+    assert!(offset_of!(Metrics, packets_received) + 16 <= 64);
+    assert!(offset_of!(Metrics, bytes_sent) == 128);
+    assert!(offset_of!(Metrics, packets_sent) + 16 <= 192);
+};
 
 impl Metrics {
     /// Packets dropped for `reason`.

@@ -136,7 +136,9 @@ impl OwdWindow {
 
 /// The hold rule's state for one thing that can be held: a destination's
 /// DATA at a sender, or a receiver's grants.
+// `repr(C)`: `held_until` and `held`, read by every grant pass, first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
 pub(crate) struct Hold {
     /// Held until this time (meaningful while `held`).
     pub held_until: Time,
@@ -243,6 +245,13 @@ pub(crate) struct OnRamp {
     held: Vec<(Time, PeerKey)>,
     /// Messages of held peers with bytes to send (no duplicates).
     parked: Vec<RpcKey>,
+}
+
+impl OnRamp {
+    /// The leading bytes that the per-poll and per-grant-pass reads touch
+    /// (`next_release`, and the grant hold's `held_until` and `held`).
+    pub(crate) const HOT_BYTES: usize =
+        std::mem::offset_of!(OnRamp, grants) + std::mem::offset_of!(Hold, held) + 1;
 }
 
 impl Default for OnRamp {

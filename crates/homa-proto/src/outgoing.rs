@@ -55,6 +55,7 @@ impl Burst {
 /// `payload` is `None` outside one (it is set by the packet built inside
 /// and taken when the call returns).
 #[derive(Default)]
+#[repr(C)]
 pub(crate) struct Split {
     /// Inside `poll_transmit_split`: DATA payloads are handed back, not
     /// copied into the caller's buffer.
@@ -88,11 +89,7 @@ impl Endpoint {
             SocketAddr::V4(_) => true,
             SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_some(),
         };
-        if v4 {
-            self.config.pad_v4.pad(len)
-        } else {
-            self.config.pad_v6.pad(len)
-        }
+        self.derived.pad(v4, len)
     }
 
     /// Puts RPC `key`'s outgoing message into the SRPT sets if it has bytes to
@@ -370,7 +367,7 @@ impl Endpoint {
     ) -> Transmit {
         self.metrics.packets_sent[ptype.index()] += 1;
         self.metrics.bytes_sent += len as u64;
-        self.pacer.on_transmit(now, len, &self.config);
+        self.pacer.on_transmit(now, len, &self.derived);
         Transmit {
             dest,
             priority,
@@ -443,7 +440,7 @@ impl Endpoint {
             Some(lease) if !retransmit && (headers_only || self.split.on) => {
                 debug_assert_eq!(offset % dpp, 0, "first transmissions are whole packets");
                 let mut words = wire::data_header_words(&common, &header, payload.len(), 0);
-                if self.config.checksum {
+                if self.derived.checksum() {
                     wire::checksum_header_words(&mut words, payload);
                 }
                 let k = k.expect("a buffer's packet index") as usize;
@@ -460,7 +457,7 @@ impl Endpoint {
         } else if headers_only {
             // A later packet of a burst: its payload is part of the burst's.
             let before = buf.len();
-            wire::encode_headers(buf, &common, &body, self.config.checksum);
+            wire::encode_headers(buf, &common, &body, self.derived.checksum());
             buf.len() - before + payload.len()
         } else {
             // A packet that leaves alone (not in place, not inside a burst)
@@ -473,11 +470,11 @@ impl Endpoint {
             if self.split.on && !whole {
                 // The whole packet (headers, payload, padding) is what the
                 // driver sends; the padding is zeros it appends (`Burst`).
-                wire::encode_headers_padded(buf, &common, &body, self.config.checksum, pad);
+                wire::encode_headers_padded(buf, &common, &body, self.derived.checksum(), pad);
                 self.split.payload = Some(out.data.bytes(offset as usize, end as usize));
                 buf.len() + payload.len() + pad as usize
             } else {
-                wire::encode_padded(buf, &common, &body, self.config.checksum, pad);
+                wire::encode_padded(buf, &common, &body, self.derived.checksum(), pad);
                 buf.len()
             }
         };

@@ -3,7 +3,7 @@
 //! packet may be released now. Owns that estimate so that only the transmit
 //! path moves it.
 
-use crate::config::Config;
+use crate::config::{Config, Derived};
 use crate::time::Time;
 
 /// Estimate of the NIC's transmit queue. Invariant: `idle_at` only moves
@@ -46,11 +46,11 @@ impl Pacer {
     /// Accounts a datagram of `len` bytes (UDP payload) handed to the NIC
     /// at `now`.
     #[inline(always)]
-    pub fn on_transmit(&mut self, now: Time, len: usize, config: &Config) {
+    pub fn on_transmit(&mut self, now: Time, len: usize, derived: &Derived) {
         let wire = if self.wire_memo.0 == len {
             self.wire_memo.1
         } else {
-            let w = config.wire_time_ns(len);
+            let w = derived.wire_time_ns(len);
             self.wire_memo = (len, w);
             w
         };
@@ -66,21 +66,22 @@ mod tests {
     fn the_queue_drains_at_link_rate_and_closes_beyond_its_limit() {
         // One full packet (1472 + 66 bytes) is 492 ns at 25 Gbps, the limit.
         let c = Config::default();
+        let d = Derived::new(&c);
         let mut p = Pacer::new(&c, 1_000);
         assert!(p.is_open(1_000));
         assert_eq!(p.opens_at(), Some(1_000 - 492));
-        p.on_transmit(1_000, 1472, &c);
+        p.on_transmit(1_000, 1472, &d);
         // 492 ns queued: still open (at most the limit).
         assert!(p.is_open(1_000));
-        p.on_transmit(1_000, 1472, &c);
+        p.on_transmit(1_000, 1472, &d);
         assert!(!p.is_open(1_000));
         assert_eq!(p.opens_at(), Some(1_000 + 492));
         assert!(p.is_open(1_492));
         // An idle NIC does not bank time: the next packet starts from now.
-        p.on_transmit(10_000, 100, &c);
+        p.on_transmit(10_000, 100, &d);
         assert_eq!(p.opens_at(), Some(10_000 + c.wire_time_ns(100) - 492));
         // The memo gives the same wire time as the division.
-        p.on_transmit(10_000, 100, &c);
+        p.on_transmit(10_000, 100, &d);
         assert_eq!(p.opens_at(), Some(10_000 + 2 * c.wire_time_ns(100) - 492));
     }
 }

@@ -447,14 +447,20 @@ impl Stream {
 }
 
 /// Every stream of the endpoint and the send rotation.
-#[repr(C)]
+#[repr(C, align(64))]
 pub(crate) struct Streams {
-    // The two fields every poll reads first (`has_ready`,
-    // `Endpoint::poll_timeout`), the rest after them.
+    // The fields every poll reads (`has_ready`, `Endpoint::poll_timeout`)
+    // and every short message writes (`short_seen`) share the first line,
+    // the rest after them.
     /// The next timer run (`Time::MAX`: none).
     pub next_tick: Time,
     /// Streams with a packet to send, in turn.
     rotation: VecDeque<StreamId>,
+    /// When a packet of a short message (one sent whole unscheduled) last
+    /// arrived here: while that is recent, streams are credited less
+    /// ([`Endpoint::stream_credit_window`]). Written for every short
+    /// message that arrives, so on the line the polls read anyway.
+    short_seen: Option<Time>,
     /// By id; ordered so that timers visit streams in the same order every
     /// run (simulations are deterministic).
     table: BTreeMap<StreamId, Stream>,
@@ -466,11 +472,9 @@ pub(crate) struct Streams {
     next_seq: u64,
     /// The next keep-alive scan of every stream.
     next_scan: Time,
-    /// When a packet of a short message (one sent whole unscheduled) last
-    /// arrived here: while that is recent, streams are credited less
-    /// ([`Endpoint::stream_credit_window`]).
-    short_seen: Option<Time>,
 }
+
+const _: () = assert!(std::mem::offset_of!(Streams, short_seen) + 16 <= 64);
 
 impl Streams {
     pub fn new(seed: u64) -> Streams {
@@ -1061,12 +1065,12 @@ impl Endpoint {
         let one_piece = ends.len() <= 1;
         let len =
             if self.split.on && one_piece && payload.len() > crate::outgoing::WHOLE_MAX_PAYLOAD {
-                wire::encode_headers(buf, &common, &body, self.config.checksum);
+                wire::encode_headers(buf, &common, &body, self.derived.checksum());
                 let n = buf.len() + payload.len();
                 self.split.payload = Some(payload.clone());
                 n
             } else {
-                wire::encode(buf, &common, &body, self.config.checksum);
+                wire::encode(buf, &common, &body, self.derived.checksum());
                 buf.len()
             };
         self.metrics.stream_bytes_sent += payload.len() as u64;

@@ -34,11 +34,12 @@ pub struct ExperimentArgs {
     /// Incast, onramp: senders per round.
     #[arg(long, default_value = "32")]
     pub senders: usize,
-    /// Incast: measured rounds (after 2 unmeasured ones); onramp: measured
-    /// rounds at least (the span goes on until then, for at most
-    /// --max-span).
-    #[arg(long, default_value = "20")]
-    pub rounds: usize,
+    /// Incast: measured rounds (after 2 unmeasured ones; default 20);
+    /// onramp: measured rounds at least (default 100, so that the p99 is
+    /// not simply the slowest round; the span goes on until then, for at
+    /// most --max-span).
+    #[arg(long)]
+    pub rounds: Option<usize>,
     /// onramp: background traffic WORKLOAD:LOAD (open-loop, uniform).
     #[arg(long, default_value = "w4:0.5")]
     pub background: String,
@@ -75,7 +76,7 @@ pub struct ExperimentArgs {
     #[arg(long, default_value = "20us")]
     pub gap: String,
     /// onramp: longest measured span whatever the rounds.
-    #[arg(long, default_value = "500ms")]
+    #[arg(long, default_value = "4s")]
     pub max_span: String,
     /// rtt-mix: RPCs each client keeps outstanding.
     #[arg(long, default_value = "8")]
@@ -207,7 +208,7 @@ pub fn run(e: &ExperimentArgs, c: &Common<'_>) -> Result<()> {
             if let Some(d) = delays {
                 spec.setup.delays = d;
             }
-            spec.rounds = e.rounds.max(1);
+            spec.rounds = e.rounds.unwrap_or(spec.rounds).max(1);
             apply(&mut spec.setup, buffer_bytes, host_gbps, overcommit, seed);
             knobs(e, &mut spec.setup);
             let r = run_incast(&spec);
@@ -320,7 +321,7 @@ fn onramp_spec(
         offset_ns,
         drift_ppm: e.clock_drift_ppm,
     };
-    spec.rounds = e.rounds.max(1);
+    spec.rounds = e.rounds.unwrap_or(spec.rounds).max(1);
     spec.gap_ns = dur("gap", &e.gap)?;
     spec.warmup_ns = c.warmup_time.map(|s| dur("warmup-time", s)).transpose()?;
     spec.span_ns = e.span.as_deref().map(|s| dur("span", s)).transpose()?;

@@ -211,7 +211,7 @@ mod tests {
         let mut e = homa::EngineConfig::default();
         (c.homa_bench().adjust_engine.as_ref().unwrap())(&mut e);
         assert!(e.onramp);
-        assert_eq!(e.onramp_open_permille, 250);
+        assert_eq!(e.onramp_open_permille, Some(250));
         assert_eq!(e.max_overcommit, 1);
 
         let d = Cli::parse_from(["t"]).a.config().unwrap();

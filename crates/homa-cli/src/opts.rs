@@ -172,7 +172,7 @@ pub fn set_engine_param(c: &mut homa::EngineConfig, kv: &str) -> anyhow::Result<
         "onramp" => c.onramp = n != 0,
         "onramp_threshold_us" => c.onramp_threshold_ns = Some(n * 1000),
         "onramp_max_hold_us" => c.onramp_max_hold_ns = Some(n * 1000),
-        "onramp_open_permille" => c.onramp_open_permille = n as u32,
+        "onramp_open_permille" => c.onramp_open_permille = Some(n as u32),
         "onramp_fresh_reports" => c.onramp_fresh_reports = n != 0,
         "onramp_hold_grants" => c.onramp_hold_grants = n != 0,
         other => anyhow::bail!("unknown engine parameter {other:?}"),
@@ -245,7 +245,7 @@ mod tests {
         assert!(c.onramp && c.onramp_fresh_reports);
         assert_eq!(c.onramp_threshold_ns, Some(30_000));
         assert_eq!(c.onramp_max_hold_ns, Some(200_000));
-        assert_eq!(c.onramp_open_permille, 250);
+        assert_eq!(c.onramp_open_permille, Some(250));
         assert!(set_engine_param(&mut c, "bogus=1").is_err());
         assert!(set_engine_param(&mut c, "rtt_us").is_err());
         assert!(set_engine_param(&mut c, "rtt_us=-1").is_err());

@@ -209,8 +209,9 @@ setters! {
     /// Each of the two buckets of the minimum one-way delay (ns).
     plain with_onramp_owd_window_ns(onramp_owd_window_ns: u64) = 10_000_000;
     /// After a hold, the destination stays open at least the hold's length
-    /// × this / 1000 before another.
-    plain with_onramp_open_permille(onramp_open_permille: u32) = 1000;
+    /// × this / 1000 before another; `None`: 1000, or 750 where the
+    /// receiver holds its grants too.
+    opt with_onramp_open_permille(onramp_open_permille: Option<u32>) = None;
     /// Holds start only on reports about packets sent after the previous
     /// hold ended.
     plain with_onramp_fresh_reports(onramp_fresh_reports: bool) = false;

@@ -61,13 +61,11 @@ impl OnRampParams {
             threshold_ns: config.effective_onramp_threshold_ns(),
             max_hold_ns: config.effective_onramp_max_hold_ns(),
             window_ns: config.onramp_owd_window_ns,
-            open_permille: config.onramp_open_permille,
+            open_permille: config.effective_onramp_open_permille(),
             fresh_reports: config.onramp_fresh_reports,
             hold_unscheduled: config.priority_levels <= 1,
             // Only SRPT grants on one level: see `hold_grants`.
-            hold_grants: config.onramp_hold_grants
-                && config.grant_policy == crate::config::GrantPolicy::Srpt
-                && config.priority_levels <= 1,
+            hold_grants: config.onramp_grant_holds_apply(),
         })
     }
 }

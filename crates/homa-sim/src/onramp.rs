@@ -254,7 +254,7 @@ fn report(
         mean_hold_us: homa_proto::mean_hold_us(held_ns, holds),
         max_hold_bound_ns: config.effective_onramp_max_hold_ns(),
         threshold_ns: config.effective_onramp_threshold_ns(),
-        open_permille: config.onramp_open_permille,
+        open_permille: config.effective_onramp_open_permille(),
         fresh_reports: config.onramp_fresh_reports,
         parked: e("onramp_parked"),
         hold_grants: config.onramp_hold_grants,

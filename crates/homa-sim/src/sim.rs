@@ -199,7 +199,7 @@ impl OnRampSettings {
             c.onramp_max_hold_ns = self.max_hold_ns;
         }
         if let Some(v) = self.open_permille {
-            c.onramp_open_permille = v;
+            c.onramp_open_permille = Some(v);
         }
         if let Some(v) = self.fresh_reports {
             c.onramp_fresh_reports = v;

@@ -739,7 +739,7 @@ pub fn run_on(tb: &Testbed, cfg: &OnRampConfig) -> Result<OnRampReport> {
         mean_hold_us: homa_proto::mean_hold_us(held_ns, holds),
         max_hold_bound_ns: e.effective_onramp_max_hold_ns(),
         threshold_ns: e.effective_onramp_threshold_ns(),
-        open_permille: e.onramp_open_permille,
+        open_permille: e.effective_onramp_open_permille(),
         fresh_reports: e.onramp_fresh_reports,
         parked: c("onramp_parked"),
         hold_grants: e.onramp_hold_grants,
@@ -990,7 +990,7 @@ mod tests {
         c.onramp = true;
         c.variant = Variant::Basic;
         c.bench.adjust_engine = Some(Arc::new(|e: &mut homa::EngineConfig| {
-            e.onramp_open_permille = 250;
+            e.onramp_open_permille = Some(250);
         }));
         let b = c.homa_bench();
         let (hc, plan) = cluster::homa_config(&b, 300_000);
@@ -999,7 +999,8 @@ mod tests {
         assert_eq!(plan.levels, 1);
         assert!(e.onramp);
         assert_eq!(
-            e.onramp_open_permille, 250,
+            e.onramp_open_permille,
+            Some(250),
             "the caller's overrides come last"
         );
         assert!(matches!(e.grant_policy, GrantPolicy::EveryMessage { .. }));

@@ -259,7 +259,15 @@ impl Tx {
 /// The receiving side of a stream.
 #[derive(Default)]
 struct Rx {
-    /// Bytes `[consumed, received)`, in order, not yet read.
+    /// Bytes `[consumed, received)`, in order, not yet read: first the
+    /// pieces (payloads the driver received straight into the receive
+    /// pool, and earlier tails of `ready` frozen in front of them), then
+    /// `ready`.
+    pieces: VecDeque<Bytes>,
+    /// Bytes in `pieces`.
+    pieces_len: usize,
+    /// The last unread bytes, after `pieces`: payloads copied in, or
+    /// received into its spare capacity when the pool is short.
     ready: BytesMut,
     /// Ends of messages in `(consumed, received]`, in order.
     ends: VecDeque<u64>,
@@ -347,21 +355,63 @@ impl Rx {
         }
     }
 
-    /// The next readable piece, if any.
+    /// The next readable piece, if any: up to the next message end, and
+    /// not beyond one of `pieces` (a message received into several pool
+    /// pieces is read piece by piece, without a copy).
     fn take(&mut self) -> Option<(Bytes, bool)> {
         if self.consumed == self.received {
             return None;
         }
-        let (n, eom) = match self.ends.front() {
+        let (n, at_end) = match self.ends.front() {
             Some(&e) => ((e - self.consumed) as usize, true),
             None => ((self.received - self.consumed) as usize, false),
+        };
+        let (bytes, eom) = match self.pieces.front_mut() {
+            Some(front) => {
+                let b = if front.len() > n {
+                    front.split_to(n)
+                } else {
+                    self.pieces.pop_front().expect("a front piece")
+                };
+                self.pieces_len -= b.len();
+                let whole = b.len() == n;
+                (b, at_end && whole)
+            }
+            None => (self.ready.split_to(n).freeze(), at_end),
         };
         if eom {
             self.ends.pop_front();
         }
-        self.consumed += n as u64;
-        Some((self.ready.split_to(n).freeze(), eom))
+        self.consumed += bytes.len() as u64;
+        Some((bytes, eom))
     }
+
+    /// Appends a payload the driver received into the pool (`piece`),
+    /// behind every byte already unread.
+    fn push_piece(&mut self, piece: Bytes) {
+        if !self.ready.is_empty() {
+            let tail = self.ready.split().freeze();
+            self.pieces_len += tail.len();
+            self.pieces.push_back(tail);
+        }
+        self.received += piece.len() as u64;
+        self.pieces_len += piece.len();
+        self.pieces.push_back(piece);
+    }
+}
+
+/// A payload received into the receive pool (one contiguous slice of a
+/// bpage, [`Endpoint::stream_landing_site`]) as `Bytes` that hold its space
+/// until the reader drops them.
+fn pool_piece(m: crate::pool::Message) -> Bytes {
+    struct Piece(crate::pool::Message);
+    impl AsRef<[u8]> for Piece {
+        fn as_ref(&self) -> &[u8] {
+            self.0.contiguous().unwrap_or_default()
+        }
+    }
+    debug_assert!(m.contiguous().is_some());
+    Bytes::from_owner(Piece(m))
 }
 
 /// A STREAM_DATA payload: in the datagram, or already landed at the end
@@ -472,6 +522,11 @@ pub(crate) struct Streams {
     next_seq: u64,
     /// The next keep-alive scan of every stream.
     next_scan: Time,
+    /// The pool bytes of the landing site last given for a stream's
+    /// datagram ([`Endpoint::stream_landing_site`]), until the driver
+    /// reports the datagram; replaced (so returned to the pool) by the
+    /// next site if the receive failed.
+    landing: Option<(StreamId, crate::pool::Allocation)>,
 }
 
 const _: () = assert!(std::mem::offset_of!(Streams, short_seen) + 16 <= 64);
@@ -487,6 +542,7 @@ impl Streams {
             next_seq: crate::splitmix64(seed ^ 0x5354_5245_414d).max(1),
             next_tick: Time::MAX,
             next_scan: Time::MAX,
+            landing: None,
         }
     }
 
@@ -506,7 +562,10 @@ impl Streams {
     pub fn held_bytes(&self) -> u64 {
         self.table
             .values()
-            .map(|s| s.rx.ready.len() as u64 + s.rx.ooo_bytes as u64 + (s.tx.end - s.tx.acked))
+            .map(|s| {
+                (s.rx.pieces_len + s.rx.ready.len() + s.rx.ooo_bytes) as u64
+                    + (s.tx.end - s.tx.acked)
+            })
             .sum()
     }
 
@@ -792,6 +851,8 @@ impl Endpoint {
                 };
                 s.tx.queue.clear();
                 s.rx.ready = BytesMut::new();
+                s.rx.pieces.clear();
+                s.rx.pieces_len = 0;
                 self.streams.active.remove(&sid);
                 self.arm_stream_scan(now);
             }
@@ -1173,13 +1234,23 @@ impl Endpoint {
             StreamPayload::Bytes(p) => s.rx.land(h.offset, p, &ends, limit),
             StreamPayload::Landed(n) => {
                 // `stream_landing_site` checked that these bytes come next
-                // and fit; the driver wrote them after `ready`'s bytes.
+                // and fit; the driver wrote them into the pool allocation
+                // it kept, or else after `ready`'s bytes.
                 debug_assert!(h.offset == s.rx.received && s.rx.ooo.is_empty());
-                // SAFETY: the landing site was `n` bytes of `ready`'s
-                // spare capacity, now written by the driver's receive (the
-                // driver reports a datagram only when all of it arrived).
-                unsafe { s.rx.ready.set_len(s.rx.ready.len() + n) };
-                s.rx.received += n as u64;
+                match self.streams.landing.take() {
+                    Some((at, alloc)) if at == sid && alloc.len() == n => {
+                        let piece = self.pool.into_message(alloc);
+                        s.rx.push_piece(pool_piece(piece));
+                    }
+                    _ => {
+                        // SAFETY: the landing site was `n` bytes of
+                        // `ready`'s spare capacity, now written by the
+                        // driver's receive (the driver reports a datagram
+                        // only when all of it arrived).
+                        unsafe { s.rx.ready.set_len(s.rx.ready.len() + n) };
+                        s.rx.received += n as u64;
+                    }
+                }
                 for &e in &ends {
                     if s.rx.ends.back().is_none_or(|&b| b < e) {
                         s.rx.ends.push_back(e);
@@ -1311,6 +1382,8 @@ impl Endpoint {
         let limit_window = self
             .stream_window()
             .max(self.derived.unsched_bytes() as u64);
+        // An earlier site's pool bytes, if its receive failed, go back.
+        self.streams.landing = None;
         let s = self.streams.table.get_mut(&sid)?;
         let rx = &mut s.rx;
         if s.phase != Phase::Live
@@ -1321,6 +1394,31 @@ impl Endpoint {
         {
             return None;
         }
+        // Into the receive pool, like a message's DATA: its bpages are
+        // already resident and come back when the reader drops the piece,
+        // where a heap buffer per packet would be allocated and, once freed,
+        // often handed back to the kernel and faulted in again (13-19 page
+        // faults per 500 KB echo, docs/streams.md). Only while the pool is
+        // at least half free, so that streams never take the space messages
+        // need (a reader's unread bytes are bounded by its credit window
+        // anyway); otherwise into `ready`'s spare capacity.
+        if plen <= crate::pool::BPAGE_SIZE
+            && self.pool.free_bytes_estimate() >= self.pool.capacity() / 2 + plen
+        {
+            if let Some(alloc) = self.pool.allocate(plen) {
+                let (_, alloc) = self.streams.landing.insert((sid, alloc));
+                let payload = self.pool.spans_mut(alloc, 0, plen);
+                if payload.len() == 1 {
+                    return Some(crate::LandingSite {
+                        header_len,
+                        payload,
+                    });
+                }
+                drop(payload);
+                self.streams.landing = None;
+            }
+        }
+        let rx = &mut self.streams.table.get_mut(&sid)?.rx;
         rx.ready.reserve(plen);
         let spare = &mut rx.ready.spare_capacity_mut()[..plen];
         // SAFETY: `u8` and `MaybeUninit<u8>` have the same layout; the
@@ -1764,5 +1862,104 @@ mod tests {
             got.extend_from_slice(&bytes);
         }
         assert_eq!(got, msg);
+    }
+
+    /// The writer's packets for `len` bytes written at once (packets of
+    /// 20,000 bytes, a window of 200,000), and the reader with the stream
+    /// opened by the first of them.
+    fn written_packets(len: u32) -> (SocketAddr, Endpoint, Vec<Vec<u8>>, Vec<u8>) {
+        let (a, b, mut w, mut r) = writer_and_reader(20_000, 200_000);
+        let sid = w.open_stream(0, b).unwrap();
+        let msg: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+        w.stream_send(0, sid, Bytes::from(msg.clone())).unwrap();
+        let mut packets = Vec::new();
+        let mut buf = Vec::new();
+        for now in 0..100 {
+            while let Some(t) = w.poll_transmit(now * 10_000, &mut buf) {
+                packets.push(buf[..t.len].to_vec());
+            }
+        }
+        r.handle_datagram(1, a, &packets[0]);
+        (a, r, packets, msg)
+    }
+
+    /// The driver's part of landing, by hand: `false` if no site.
+    fn land_stream(r: &mut Endpoint, a: SocketAddr, p: &[u8]) -> bool {
+        let head_len = crate::wire::MAX_LANDING_HEAD.min(p.len());
+        let Some(mut site) = r.landing_site(a, &p[..head_len], p.len()) else {
+            return false;
+        };
+        let h = site.header_len;
+        let mut at = h;
+        for span in site.payload.iter_mut() {
+            span.copy_from_slice(&p[at..at + span.len()]);
+            at += span.len();
+        }
+        drop(site);
+        r.handle_landed(1, a, &p[..h], p.len());
+        true
+    }
+
+    /// Landed payloads go into the receive pool: the reader gets them in
+    /// order, one piece per packet and no copy (the end of the message on
+    /// the last), and each piece holds its pool bytes until it is dropped.
+    #[test]
+    fn landed_stream_payloads_hold_pool_bytes_until_read_and_dropped() {
+        let (a, mut r, packets, msg) = written_packets(50_000);
+        assert_eq!(r.pool.bytes_reserved(), 0);
+        for p in &packets[1..] {
+            assert!(land_stream(&mut r, a, p));
+        }
+        let landed = msg.len() - (packets[0].len() - crate::wire::STREAM_DATA_OVERHEAD);
+        assert!(
+            r.pool.bytes_reserved() >= landed,
+            "{}",
+            r.pool.bytes_reserved()
+        );
+        let rsid = match r.poll_event() {
+            Some(Event::StreamOpened { stream }) => stream,
+            other => panic!("{other:?}"),
+        };
+        let mut pieces = Vec::new();
+        while let Ok(StreamRead::Data {
+            bytes,
+            end_of_message,
+        }) = r.stream_recv(2, rsid)
+        {
+            pieces.push((bytes, end_of_message));
+        }
+        assert_eq!(pieces.len(), packets.len(), "one piece per packet");
+        let ends: Vec<bool> = pieces.iter().map(|p| p.1).collect();
+        assert_eq!(ends.iter().filter(|&&e| e).count(), 1);
+        assert!(ends[ends.len() - 1]);
+        let got: Vec<u8> = pieces.iter().flat_map(|p| p.0.to_vec()).collect();
+        assert_eq!(got, msg);
+        assert!(r.pool.bytes_reserved() >= landed);
+        drop(pieces);
+        assert_eq!(r.pool.bytes_reserved(), 0);
+    }
+
+    /// With less than half of the pool free, a stream's payloads land in
+    /// its own buffer instead (and read the same): streams never take the
+    /// pool space that messages need.
+    #[test]
+    fn a_pool_less_than_half_free_keeps_stream_payloads_out_of_it() {
+        let (a, mut r, packets, msg) = written_packets(50_000);
+        let hog = r.pool.allocate(r.pool.capacity() / 2 + 1).unwrap();
+        let held = r.pool.bytes_reserved();
+        for p in &packets[1..] {
+            assert!(land_stream(&mut r, a, p));
+        }
+        assert_eq!(r.pool.bytes_reserved(), held);
+        let rsid = match r.poll_event() {
+            Some(Event::StreamOpened { stream }) => stream,
+            other => panic!("{other:?}"),
+        };
+        let mut got = Vec::new();
+        while let Ok(StreamRead::Data { bytes, .. }) = r.stream_recv(2, rsid) {
+            got.extend_from_slice(&bytes);
+        }
+        assert_eq!(got, msg);
+        drop(hog);
     }
 }

@@ -1818,10 +1818,38 @@ mod tests {
     /// whole; one that is not the next in order gets no site.
     #[test]
     fn a_landed_stream_packet_reads_like_a_whole_one() {
+        let msg = pattern(50_000, 0);
+        let (a, mut r, packets) = written_packets(std::slice::from_ref(&msg));
+        assert!(packets.len() >= 3);
+        // The first opened the stream the ordinary way; the third cannot
+        // land before the second; the second and third land.
+        assert!(r.landing_site(a, &packets[2], packets[2].len()).is_none());
+        let mut landed = 0;
+        for p in &packets[1..] {
+            if land_stream(&mut r, a, p) {
+                landed += 1;
+            } else {
+                r.handle_datagram(1, a, p);
+            }
+        }
+        assert!(landed >= 2);
+        assert_eq!(read_opened(&mut r), msg);
+    }
+
+    /// `len` bytes of a pattern that differs with `k`.
+    fn pattern(len: usize, k: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 + k) as u8).collect()
+    }
+
+    /// The writer's packets for `messages` written at once (packets of
+    /// 20,000 bytes, a window of 200,000), and the reader with the stream
+    /// opened by the first of them.
+    fn written_packets(messages: &[Vec<u8>]) -> (SocketAddr, Endpoint, Vec<Vec<u8>>) {
         let (a, b, mut w, mut r) = writer_and_reader(20_000, 200_000);
         let sid = w.open_stream(0, b).unwrap();
-        let msg: Vec<u8> = (0..50_000u32).map(|i| (i * 7) as u8).collect();
-        w.stream_send(0, sid, Bytes::from(msg.clone())).unwrap();
+        for m in messages {
+            w.stream_send(0, sid, Bytes::from(m.clone())).unwrap();
+        }
         let mut packets = Vec::new();
         let mut buf = Vec::new();
         for now in 0..100 {
@@ -1829,30 +1857,12 @@ mod tests {
                 packets.push(buf[..t.len].to_vec());
             }
         }
-        assert!(packets.len() >= 3);
-        // The first opens the stream the ordinary way; the third cannot
-        // land before the second; the second and third land.
         r.handle_datagram(1, a, &packets[0]);
-        assert!(r.landing_site(a, &packets[2], packets[2].len()).is_none());
-        let mut landed = 0;
-        for p in &packets[1..] {
-            let head_len = crate::wire::MAX_LANDING_HEAD.min(p.len());
-            let Some(mut site) = r.landing_site(a, &p[..head_len], p.len()) else {
-                r.handle_datagram(1, a, p);
-                continue;
-            };
-            let h = site.header_len;
-            let mut at = h;
-            for span in site.payload.iter_mut() {
-                span.copy_from_slice(&p[at..at + span.len()]);
-                at += span.len();
-            }
-            assert_eq!(at, p.len());
-            drop(site);
-            r.handle_landed(1, a, &p[..h], p.len());
-            landed += 1;
-        }
-        assert!(landed >= 2);
+        (a, r, packets)
+    }
+
+    /// Every byte readable on the stream the reader's first event opened.
+    fn read_opened(r: &mut Endpoint) -> Vec<u8> {
         let rsid = match r.poll_event() {
             Some(Event::StreamOpened { stream }) => stream,
             other => panic!("{other:?}"),
@@ -1861,26 +1871,7 @@ mod tests {
         while let Ok(StreamRead::Data { bytes, .. }) = r.stream_recv(2, rsid) {
             got.extend_from_slice(&bytes);
         }
-        assert_eq!(got, msg);
-    }
-
-    /// The writer's packets for `len` bytes written at once (packets of
-    /// 20,000 bytes, a window of 200,000), and the reader with the stream
-    /// opened by the first of them.
-    fn written_packets(len: u32) -> (SocketAddr, Endpoint, Vec<Vec<u8>>, Vec<u8>) {
-        let (a, b, mut w, mut r) = writer_and_reader(20_000, 200_000);
-        let sid = w.open_stream(0, b).unwrap();
-        let msg: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
-        w.stream_send(0, sid, Bytes::from(msg.clone())).unwrap();
-        let mut packets = Vec::new();
-        let mut buf = Vec::new();
-        for now in 0..100 {
-            while let Some(t) = w.poll_transmit(now * 10_000, &mut buf) {
-                packets.push(buf[..t.len].to_vec());
-            }
-        }
-        r.handle_datagram(1, a, &packets[0]);
-        (a, r, packets, msg)
+        got
     }
 
     /// The driver's part of landing, by hand: `false` if no site.
@@ -1905,7 +1896,8 @@ mod tests {
     /// the last), and each piece holds its pool bytes until it is dropped.
     #[test]
     fn landed_stream_payloads_hold_pool_bytes_until_read_and_dropped() {
-        let (a, mut r, packets, msg) = written_packets(50_000);
+        let msg = pattern(50_000, 0);
+        let (a, mut r, packets) = written_packets(std::slice::from_ref(&msg));
         assert_eq!(r.pool.bytes_reserved(), 0);
         for p in &packets[1..] {
             assert!(land_stream(&mut r, a, p));
@@ -1944,22 +1936,15 @@ mod tests {
     /// pool space that messages need.
     #[test]
     fn a_pool_less_than_half_free_keeps_stream_payloads_out_of_it() {
-        let (a, mut r, packets, msg) = written_packets(50_000);
+        let msg = pattern(50_000, 0);
+        let (a, mut r, packets) = written_packets(std::slice::from_ref(&msg));
         let hog = r.pool.allocate(r.pool.capacity() / 2 + 1).unwrap();
         let held = r.pool.bytes_reserved();
         for p in &packets[1..] {
             assert!(land_stream(&mut r, a, p));
         }
         assert_eq!(r.pool.bytes_reserved(), held);
-        let rsid = match r.poll_event() {
-            Some(Event::StreamOpened { stream }) => stream,
-            other => panic!("{other:?}"),
-        };
-        let mut got = Vec::new();
-        while let Ok(StreamRead::Data { bytes, .. }) = r.stream_recv(2, rsid) {
-            got.extend_from_slice(&bytes);
-        }
-        assert_eq!(got, msg);
+        assert_eq!(read_opened(&mut r), msg);
         drop(hog);
     }
 
@@ -1968,23 +1953,13 @@ mod tests {
     /// each message's end where it was written.
     #[test]
     fn landed_and_copied_packets_interleave_in_order() {
-        let (a, b, mut w, mut r) = writer_and_reader(20_000, 200_000);
-        let sid = w.open_stream(0, b).unwrap();
         let sizes = [30_000usize, 5, 41_000, 19_000, 2, 60_000];
-        let mut written = Vec::new();
-        for (k, &n) in sizes.iter().enumerate() {
-            let m: Vec<u8> = (0..n).map(|i| (i * 3 + k) as u8).collect();
-            w.stream_send(0, sid, Bytes::from(m.clone())).unwrap();
-            written.push(m);
-        }
-        let mut packets = Vec::new();
-        let mut buf = Vec::new();
-        for now in 0..100 {
-            while let Some(t) = w.poll_transmit(now * 10_000, &mut buf) {
-                packets.push(buf[..t.len].to_vec());
-            }
-        }
-        r.handle_datagram(1, a, &packets[0]);
+        let written: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| pattern(n, k))
+            .collect();
+        let (a, mut r, packets) = written_packets(&written);
         let mut landed = 0;
         for (i, p) in packets.iter().enumerate().skip(1) {
             if i % 2 == 1 && land_stream(&mut r, a, p) {

@@ -123,7 +123,7 @@ pub struct SimArgs {
     /// went: wait at the sender, spread of its packets (split by what held
     /// it back), network transit (`homa_testnet::timeline`). Counts all
     /// such requests, warm-up included. Repeat for several ranges (a
-    /// table each).
+    /// table each). Also with `--experiment rtt-mix`.
     #[arg(long, value_parser = parse_len_range)]
     timeline: Vec<(u32, u32)>,
     /// Threads for sweeps (default: one per core).
@@ -308,6 +308,7 @@ pub fn run(a: SimArgs) -> Result<()> {
                 warmup_time: a.warmup_time.as_deref(),
                 seed: a.seed.first().copied().unwrap_or(1),
                 json: a.json,
+                timeline: &a.timeline,
             },
         );
     }

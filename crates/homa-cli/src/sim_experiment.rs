@@ -141,6 +141,8 @@ pub struct Common<'a> {
     pub warmup_time: Option<&'a str>,
     pub seed: u64,
     pub json: bool,
+    /// rtt-mix: `--timeline` ranges (requests followed packet by packet).
+    pub timeline: &'a [(u32, u32)],
 }
 
 /// Runs the experiment.
@@ -152,6 +154,7 @@ pub fn run(e: &ExperimentArgs, c: &Common<'_>) -> Result<()> {
         overcommit,
         seed,
         json,
+        timeline,
         ..
     } = *c;
     let name = e.experiment.as_deref().unwrap_or_default();
@@ -187,6 +190,7 @@ pub fn run(e: &ExperimentArgs, c: &Common<'_>) -> Result<()> {
                 bail!("--client-max must be at least 1");
             }
             spec.client_max = e.client_max;
+            spec.timeline = timeline.to_vec();
             apply(&mut spec.setup, buffer_bytes, host_gbps, overcommit, seed);
             knobs(e, &mut spec.setup);
             let r = run_rtt_mix(&spec);
@@ -194,7 +198,8 @@ pub fn run(e: &ExperimentArgs, c: &Common<'_>) -> Result<()> {
                 serde_json::to_string_pretty(&r)?
             } else {
                 format!(
-                    "rtt-mix {} B {}: goodput {:.2} Gbps (near {:.2}, far {:.2}), p50 {:.1} us, p99 {:.1} us, drops {}",
+                    "{}rtt-mix {} B {}: goodput {:.2} Gbps (near {:.2}, far {:.2}), p50 {:.1} us, p99 {:.1} us, drops {}",
+                    r.timeline.as_deref().unwrap_or(""),
                     r.message_size, r.window, r.goodput_gbps, r.goodput_near_gbps,
                     r.goodput_far_gbps, r.p50_us, r.p99_us, r.drops
                 )

@@ -694,6 +694,9 @@ pub struct RttMixSpec {
     /// After the span, RPCs go on (unmeasured) until every measured one is
     /// done, for at most this long.
     pub drain_ns: Time,
+    /// Follow the requests whose length is in one of these ranges
+    /// (`homa_testnet::timeline`): where the slowest spent their time.
+    pub timeline: Vec<(u32, u32)>,
 }
 
 impl RttMixSpec {
@@ -718,6 +721,7 @@ impl RttMixSpec {
             warmup_ns: 2_000 * US,
             duration_ns: 20_000 * US,
             drain_ns: 20_000 * US,
+            timeline: Vec::new(),
         }
     }
 }
@@ -756,6 +760,9 @@ pub struct RttMixReport {
     pub params: Params,
     pub events: u64,
     pub wall_seconds: f64,
+    /// Summary of the followed requests' timelines (`RttMixSpec::timeline`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<String>,
 }
 
 /// Runs an rtt-mix experiment.
@@ -776,6 +783,9 @@ pub fn run_rtt_mix(spec: &RttMixSpec) -> RttMixReport {
         ..Shared::default()
     }));
     let mut net = new_net(setup, &shared);
+    if !spec.timeline.is_empty() {
+        net.enable_timelines(&spec.timeline);
+    }
     let config = net.config(0).clone();
     net.run_until(t0);
     net.fabric_mut().reset_stats();
@@ -833,6 +843,7 @@ pub fn run_rtt_mix(spec: &RttMixSpec) -> RttMixReport {
         params: setup.params(&config),
         events: net.fabric().events_processed(),
         wall_seconds: wall.elapsed().as_secs_f64(),
+        timeline: net.timeline().map(|t| t.summary()),
     }
 }
 
@@ -1086,6 +1097,7 @@ mod tests {
             warmup_ns: 0,
             duration_ns: 2_000 * US,
             drain_ns: 2_000 * US,
+            timeline: Vec::new(),
         };
         let r = run_rtt_mix(&spec);
         assert_eq!(r.unfinished, 0);
@@ -1102,6 +1114,33 @@ mod tests {
         assert!((8.0..base as f64 / 1e3 + 8.0).contains(&nn), "{w:?}");
         assert!((nf - nn - 76.0).abs() < 1.0, "{w:?}");
         assert!((ff - nn - 152.0).abs() < 1.0, "{w:?}");
+    }
+
+    /// `--timeline` follows the requests the closed-loop clients start
+    /// (they start them from inside the network's callbacks), and
+    /// following them changes nothing.
+    #[test]
+    fn rtt_mix_follows_its_requests_with_a_timeline() {
+        let mut spec = RttMixSpec::new(20_000, WindowSetting::Static(None));
+        spec.setup = Setup {
+            message_size: 20_000,
+            ..Setup::star(4, 25.0, HostDelays::uniform(2 * US))
+        };
+        spec.warmup_ns = 100 * US;
+        spec.duration_ns = 500 * US;
+        let plain = run_rtt_mix(&spec);
+        assert!(plain.timeline.is_none());
+        spec.timeline = vec![(20_000, 20_000)];
+        let followed = run_rtt_mix(&spec);
+        let summary = followed.timeline.as_deref().expect("a summary");
+        let n: usize = summary
+            .strip_prefix("timeline of ")
+            .and_then(|t| t.split(' ').next())
+            .and_then(|t| t.parse().ok())
+            .expect(summary);
+        assert!(n >= plain.latency.count, "{n} {summary}");
+        assert_eq!(followed.events, plain.events);
+        assert_eq!(followed.latency.p99_us, plain.latency.p99_us);
     }
 
     #[test]

@@ -91,6 +91,9 @@ pub struct HostCtx<'a> {
     rng: &'a mut ChaCha8Rng,
     /// The host's clock (see [`EngineNet::set_clock`]).
     clock: HostClock,
+    /// Per-request timelines, if enabled: requests an app starts here are
+    /// followed as those started through [`EngineNet::send_request`].
+    timeline: Option<&'a mut Timeline>,
 }
 
 impl<'a> HostCtx<'a> {
@@ -139,11 +142,19 @@ impl<'a> HostCtx<'a> {
     /// Starts an RPC to host `dst`.
     #[inline]
     pub fn send_request(&mut self, dst: HostId, request: Bytes) -> Result<RpcId, SendError> {
-        let now = self.clock.host_time(self.net.now());
-        match self.ep.as_deref_mut() {
+        let at = self.net.now();
+        if let Some(tl) = self.timeline.as_deref_mut() {
+            tl.starting(self.host, request.len(), at);
+        }
+        let now = self.clock.host_time(at);
+        let r = match self.ep.as_deref_mut() {
             Some(ep) => ep.send_request(now, host_addr(dst), request),
             None => Err(SendError::Shutdown),
+        };
+        if let (Some(tl), Ok(id)) = (self.timeline.as_deref_mut(), &r) {
+            tl.started(self.host, id.0);
         }
+        r
     }
     /// Answers a request.
     pub fn send_response(&mut self, rpc: ServerRpc, response: Bytes) -> Result<(), SendError> {
@@ -322,6 +333,7 @@ impl<A: App> Engines<A> {
                 ep: host.ep.as_mut(),
                 rng: &mut host.rng,
                 clock: host.clock,
+                timeline: self.timeline.as_deref_mut(),
             };
             host.app.on_event(&mut ctx, ev);
         }
@@ -455,6 +467,7 @@ impl<A: App> Engines<A> {
             ep: host.ep.as_mut(),
             rng: &mut host.rng,
             clock: host.clock,
+            timeline: self.timeline.as_deref_mut(),
         };
         let r = f(&mut host.app, &mut ctx);
         self.pump(net, h);
@@ -755,14 +768,7 @@ impl<A: App> EngineNet<A> {
         dst: HostId,
         request: Bytes,
     ) -> Result<RpcId, SendError> {
-        if let Some(tl) = self.engines.timeline.as_deref_mut() {
-            tl.starting(src, request.len(), self.fabric.now());
-        }
-        let r = self.with_host(src, |_, ctx| ctx.send_request(dst, request));
-        if let (Some(tl), Ok(id)) = (self.engines.timeline.as_deref_mut(), &r) {
-            tl.started(src, id.0);
-        }
-        r
+        self.with_host(src, |_, ctx| ctx.send_request(dst, request))
     }
 
     /// Tells the network that no receiver reads the payload bytes of what it

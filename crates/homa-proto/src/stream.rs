@@ -1242,7 +1242,16 @@ impl Endpoint {
                         let piece = self.pool.into_message(alloc);
                         s.rx.push_piece(pool_piece(piece));
                     }
-                    _ => {
+                    Some(_) => {
+                        // Pool bytes of a site for other headers: none of
+                        // `ready`'s spare capacity was written (the driver
+                        // reports only headers it peeked, so this is a bug
+                        // elsewhere): the datagram is dropped, not read.
+                        debug_assert!(false, "a landed stream datagram unlike its site's");
+                        self.metrics.drop(DropReason::Malformed);
+                        return;
+                    }
+                    None => {
                         // SAFETY: the landing site was `n` bytes of
                         // `ready`'s spare capacity, now written by the
                         // driver's receive (the driver reports a datagram

@@ -898,7 +898,10 @@ fn runtime_stats_count_every_wait_once() {
 }
 
 /// A client's wait right after its request's send yields the CPU once
-/// (`EndpointConfig::poll_yield`, on by default); off, it never does.
+/// (`EndpointConfig::poll_yield`, on by default): every time while its
+/// yields run another thread, and at least at one send in 8 once four in
+/// a row ran nobody (docs/runtime.md, "Polling politely", item 5); off,
+/// it never does.
 #[test]
 fn a_poll_after_a_send_yields_unless_told_not_to() {
     for polite in [true, false] {
@@ -914,8 +917,9 @@ fn a_poll_after_a_send_yields_unless_told_not_to() {
         let s = client.runtime_stats();
         if polite {
             // Every call's wait polls after its send (unless its response
-            // was in before the wait began: not on loopback).
-            assert!(s.poll_yields >= calls / 2, "{s:?}");
+            // was in before the wait began: not on loopback), so at least
+            // the first four and one in eight of the rest yield.
+            assert!(s.poll_yields >= 4 + (calls - 4) / 8, "{s:?}");
         } else {
             assert_eq!((s.poll_yields, s.poll_shared_cpu), (0, 0), "{s:?}");
         }

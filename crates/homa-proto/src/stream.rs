@@ -264,8 +264,6 @@ struct Rx {
     /// pool, and earlier tails of `ready` frozen in front of them), then
     /// `ready`.
     pieces: VecDeque<Bytes>,
-    /// Bytes in `pieces`.
-    pieces_len: usize,
     /// The last unread bytes, after `pieces`: payloads copied in, or
     /// received into its spare capacity when the pool is short.
     ready: BytesMut,
@@ -373,7 +371,6 @@ impl Rx {
                 } else {
                     self.pieces.pop_front().expect("a front piece")
                 };
-                self.pieces_len -= b.len();
                 let whole = b.len() == n;
                 (b, at_end && whole)
             }
@@ -390,12 +387,9 @@ impl Rx {
     /// behind every byte already unread.
     fn push_piece(&mut self, piece: Bytes) {
         if !self.ready.is_empty() {
-            let tail = self.ready.split().freeze();
-            self.pieces_len += tail.len();
-            self.pieces.push_back(tail);
+            self.pieces.push_back(self.ready.split().freeze());
         }
         self.received += piece.len() as u64;
-        self.pieces_len += piece.len();
         self.pieces.push_back(piece);
     }
 }
@@ -563,8 +557,8 @@ impl Streams {
         self.table
             .values()
             .map(|s| {
-                (s.rx.pieces_len + s.rx.ready.len() + s.rx.ooo_bytes) as u64
-                    + (s.tx.end - s.tx.acked)
+                let pieces: usize = s.rx.pieces.iter().map(Bytes::len).sum();
+                (pieces + s.rx.ready.len() + s.rx.ooo_bytes) as u64 + (s.tx.end - s.tx.acked)
             })
             .sum()
     }
@@ -852,7 +846,6 @@ impl Endpoint {
                 s.tx.queue.clear();
                 s.rx.ready = BytesMut::new();
                 s.rx.pieces.clear();
-                s.rx.pieces_len = 0;
                 self.streams.active.remove(&sid);
                 self.arm_stream_scan(now);
             }

@@ -146,6 +146,24 @@ pub(crate) const MAX_PACKETS_IN_FLIGHT: usize = 128;
 /// so that a writer held by [`MAX_PACKETS_IN_FLIGHT`] goes on.
 const ACK_EVERY_PACKETS: u32 = (MAX_PACKETS_IN_FLIGHT / 4) as u32;
 
+/// Most probes (and first packets sent again) one stream tick sends; the
+/// rest wait in [`Streams::probe_queue`] for the next ticks, oldest first.
+/// Every probe draws an answer, and a tick's answers arrive together at
+/// one socket: without a bound, a host with many streams whose peer (or
+/// whose own receive buffer) fell behind probed all of them every resend
+/// interval, the answers overflowed the receive buffer, and the lost
+/// answers were probed for again: 30,000 streams opened at once on
+/// loopback took 10-14 s and 10 million packets to open, or never
+/// finished. At one tick per half resend interval this is 128 probes per
+/// millisecond at the default interval.
+const STREAM_PROBES_PER_TICK: usize = 64;
+
+/// Most doublings of the wait between unanswered probes of one stream
+/// (16 resend intervals). Failure is decided by silence
+/// (`last_heard` against the RPC timeout), not by the probes, so the
+/// backoff delays only recovery, never the verdict.
+const MAX_PROBE_BACKOFF: u8 = 4;
+
 impl Tx {
     /// Whether the peer owes us an acknowledgement.
     fn outstanding(&self) -> bool {
@@ -461,6 +479,11 @@ struct Stream {
     /// packets, which alone can open the stream: it sends them again
     /// instead of probing).
     heard: bool,
+    /// In [`Streams::probe_queue`].
+    probe_queued: bool,
+    /// Probes in a row that went unanswered: each doubles the wait before
+    /// the next (at most [`MAX_PROBE_BACKOFF`] doublings).
+    probe_backoff: u8,
 }
 
 impl Stream {
@@ -480,6 +503,8 @@ impl Stream {
             last_probe: now,
             ready: false,
             heard: false,
+            probe_queued: false,
+            probe_backoff: 0,
         }
     }
 
@@ -510,6 +535,9 @@ pub(crate) struct Streams {
     table: BTreeMap<StreamId, Stream>,
     /// Streams owed a timer check each tick: bytes unacknowledged, or a gap.
     active: BTreeSet<StreamId>,
+    /// Streams due a probe (or their first packets again), oldest first;
+    /// each tick sends at most [`STREAM_PROBES_PER_TICK`] of them.
+    probe_queue: VecDeque<StreamId>,
     /// Bytes of messages sent while a stream waited (its share, see
     /// `Config::stream_share_permille`).
     debt: u64,
@@ -531,6 +559,7 @@ impl Streams {
             table: BTreeMap::new(),
             rotation: VecDeque::new(),
             active: BTreeSet::new(),
+            probe_queue: VecDeque::new(),
             debt: 0,
             short_seen: None,
             next_seq: crate::splitmix64(seed ^ 0x5354_5245_414d).max(1),
@@ -1570,7 +1599,7 @@ impl Endpoint {
             }
             let unanswered = s.last_probe > s.last_heard;
             if (s.tx.waiting() && now.saturating_sub(s.tx.last_progress) >= resend || unanswered)
-                && now.saturating_sub(s.last_probe) >= resend
+                && now.saturating_sub(s.last_probe) >= resend << s.probe_backoff
             {
                 probes.push(sid);
             }
@@ -1610,8 +1639,6 @@ impl Endpoint {
                 self.arm_stream_scan(now);
             }
         }
-        probes.sort_unstable();
-        probes.dedup();
         for sid in fail {
             self.stream_fail(sid, StreamError::Timeout);
         }
@@ -1620,12 +1647,31 @@ impl Endpoint {
             self.stream_fail(sid, StreamError::Timeout);
         }
         for sid in probes {
+            if let Some(s) = self.streams.table.get_mut(&sid) {
+                if !s.probe_queued {
+                    s.probe_queued = true;
+                    self.streams.probe_queue.push_back(sid);
+                }
+            }
+        }
+        let mut sent = 0;
+        while sent < STREAM_PROBES_PER_TICK {
+            let Some(sid) = self.streams.probe_queue.pop_front() else {
+                break;
+            };
             let Some(s) = self.streams.table.get_mut(&sid) else {
                 continue;
             };
+            s.probe_queued = false;
             if s.phase != Phase::Live {
                 continue;
             }
+            sent += 1;
+            s.probe_backoff = if s.last_probe > s.last_heard {
+                (s.probe_backoff + 1).min(MAX_PROBE_BACKOFF)
+            } else {
+                0
+            };
             s.last_probe = now;
             self.streams.active.insert(sid);
             if s.heard || !s.tx.outstanding() {
@@ -1661,7 +1707,7 @@ impl Endpoint {
                 );
             }
         }
-        if !self.streams.active.is_empty() {
+        if !self.streams.active.is_empty() || !self.streams.probe_queue.is_empty() {
             self.arm_stream_tick(now);
         }
         if self.streams.next_scan != Time::MAX {
@@ -1686,7 +1732,7 @@ impl Endpoint {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Config, Endpoint, Event, StreamRead};
+    use crate::{Config, Endpoint, Event, StreamRead, Time};
     use bytes::Bytes;
     use std::net::SocketAddr;
 
@@ -1836,6 +1882,89 @@ mod tests {
         }
         assert!(landed >= 2);
         assert_eq!(read_opened(&mut r), msg);
+    }
+
+    /// Many streams whose peer went silent: each tick probes at most
+    /// `STREAM_PROBES_PER_TICK` of them (the first packets again, since
+    /// nothing was heard), each stream's unanswered probes back off, and
+    /// once the peer answers again every stream opens and none failed.
+    #[test]
+    fn probes_of_a_silent_peer_are_bounded_per_tick_and_back_off() {
+        use super::{MAX_PROBE_BACKOFF, STREAM_PROBES_PER_TICK};
+        const STREAMS: usize = 200;
+        let (a, b, mut w, mut r) = writer_and_reader(1_500, 10_000);
+        let resend = w.derived.resend_interval_ns();
+        let mut buf = Vec::new();
+        let mut drain = |w: &mut Endpoint, now: Time| {
+            let mut out = Vec::new();
+            while let Some(t) = w.poll_transmit(now, &mut buf) {
+                out.push(buf[..t.len].to_vec());
+            }
+            out
+        };
+        for _ in 0..STREAMS {
+            let sid = w.open_stream(0, b).unwrap();
+            w.stream_send(0, sid, Bytes::from_static(b"x")).unwrap();
+        }
+        // More streams than a tick may probe: the bound is what is tested.
+        const { assert!(STREAM_PROBES_PER_TICK < STREAMS / 2) };
+        assert_eq!(drain(&mut w, 0).len(), STREAMS); // lost, all of them
+                                                     // Silence for 40 resend intervals.
+        let silent_until = 40 * resend;
+        let (mut now, mut total, mut ticks) = (0, 0, 0);
+        while let Some(t) = w.poll_timeout().filter(|&t| t < silent_until) {
+            now = t.max(now);
+            w.handle_timeout(now);
+            let n = drain(&mut w, now).len();
+            assert!(n <= STREAM_PROBES_PER_TICK, "{n} probes in one tick");
+            total += n;
+            ticks += 1;
+        }
+        // Without backoff each stream would be probed every interval
+        // (about 40 times each, 8,000 in all, or the budget's 64 a tick);
+        // with it, at intervals of 1, 2, 4, 8, 16, 16... resend intervals.
+        let per_stream = 1
+            + (0..=MAX_PROBE_BACKOFF)
+                .map(|b| 1u64 << b)
+                .scan(0, |s, d| {
+                    *s += d;
+                    Some(*s)
+                })
+                .filter(|&t| t <= 40)
+                .count()
+            + 1;
+        assert!(
+            total <= STREAMS * per_stream,
+            "{total} probes in {ticks} ticks"
+        );
+        assert!(total >= STREAMS * 3, "{total}");
+        // The peer is back: everything goes through, both ways.
+        let end = silent_until + 40 * resend;
+        let mut opened = 0;
+        now = silent_until;
+        while now < end {
+            for p in drain(&mut w, now) {
+                r.handle_datagram(now, a, &p);
+            }
+            for p in drain(&mut r, now) {
+                w.handle_datagram(now, b, &p);
+            }
+            while let Some(e) = r.poll_event() {
+                if matches!(e, Event::StreamOpened { .. }) {
+                    opened += 1;
+                }
+            }
+            let next = [w.poll_timeout(), r.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            now = next.unwrap_or(end).max(now + 1);
+            w.handle_timeout(now);
+            r.handle_timeout(now);
+        }
+        assert_eq!(opened, STREAMS);
+        assert_eq!(w.metrics().streams_failed, 0);
+        assert!(w.streams.probe_queue.is_empty());
     }
 
     /// `len` bytes of a pattern that differs with `k`.

@@ -194,6 +194,10 @@ pub(crate) fn release<G: std::ops::DerefMut<Target = Driver>>(mut d: G) {
     }
 }
 
+/// What a waiter runs at the end of its own engine passes, with the engine
+/// locked and the pass's time ([`Shared::drive_once_serving`]).
+pub(crate) type LockedCheck<'a> = dyn FnMut(&mut Driver, u64) + 'a;
+
 impl Shared {
     /// Takes the engine lock for a thread that has to have it (an
     /// application call, the watcher, the background thread, a serving
@@ -277,17 +281,27 @@ impl Shared {
     /// One non-blocking pass if nobody else is driving right now; returns
     /// the engine time used, if it ran.
     pub(crate) fn drive_once(&self) -> Option<u64> {
-        self.drive_once_serving(None).map(|p| p.now)
+        self.drive_once_serving(None, None).map(|p| p.now)
     }
 
-    /// [`Self::drive_once`] that hands requests to `serving`'s handler.
-    pub(crate) fn drive_once_serving(&self, serving: Option<&mut Serving>) -> Option<Pass> {
+    /// [`Self::drive_once`] that hands requests to `serving`'s handler, or
+    /// (not serving) runs `locked` after the pass with the engine still
+    /// locked: a waiter that can take its result from the engine does so
+    /// in the same lock (a stream's reader, `Stream::recv_chunk`).
+    pub(crate) fn drive_once_serving(
+        &self,
+        serving: Option<&mut Serving>,
+        locked: Option<&mut LockedCheck<'_>>,
+    ) -> Option<Pass> {
         let Some(s) = serving else {
             let mut d = self.poller_lock()?;
             let now = self.clock(&mut d);
             let before = d.stats.packets_received;
             self.drive(&mut d, now, true);
             let received = d.stats.packets_received != before;
+            if let Some(f) = locked {
+                f(&mut d, now);
+            }
             release(d);
             return Some(Pass { now, received });
         };

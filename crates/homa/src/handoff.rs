@@ -3,7 +3,7 @@
 //! background thread, and the rules that hand the socket from one to the
 //! other without losing a wake-up.
 
-use crate::driver::release;
+use crate::driver::{release, LockedCheck};
 use crate::error::{Error, Result};
 use crate::serve::{wait_in_handler, Serving};
 use crate::shared::Shared;
@@ -664,6 +664,7 @@ impl Shared {
         &self,
         deadline: Option<u64>,
         mut serving: Option<&mut Serving>,
+        mut locked: Option<&mut LockedCheck<'_>>,
         mut check: impl FnMut() -> Option<T>,
         mut register: impl FnMut(Waiter) -> Option<Option<u64>>,
         mut deregister: impl FnMut(Option<u64>),
@@ -693,7 +694,7 @@ impl Shared {
         let found = loop {
             self.poll_politely(&mut polite, now);
             let mut received = false;
-            now = match self.drive_once_serving(serving.as_deref_mut()) {
+            now = match self.drive_once_serving(serving.as_deref_mut(), locked.as_deref_mut()) {
                 Some(pass) => {
                     busy_lock = 0;
                     if pass.received {
@@ -818,6 +819,7 @@ impl Shared {
         self.wait_with(
             deadline,
             None,
+            None,
             || slot.take(),
             |w| {
                 if slot.register(w) {
@@ -860,6 +862,7 @@ impl Shared {
         let r = self.wait_with(
             deadline,
             serving,
+            None,
             || q.try_pop(),
             |w| q.register(w).map(Some),
             |t| {

@@ -198,6 +198,7 @@ impl IncomingMessage {
         let r = self.shared.wait_with(
             None,
             None,
+            None,
             || ready().then_some(()),
             |w: Waiter| {
                 self.notify.register(w);

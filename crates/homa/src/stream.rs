@@ -11,6 +11,7 @@
 //! reports that the stream can go on (`Event::StreamReadable` /
 //! `StreamWritable`, which set a flag here and wake the sleeper).
 
+use crate::driver::{Driver, LockedCheck};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::shared::Shared;
@@ -80,16 +81,25 @@ impl Shared {
         }
     }
 
-    /// Sleeps (after the usual busy poll) until `flag` is set.
-    fn wait_flag(&self, flag: &AtomicBool, notify: &Notify) -> Result<()> {
-        if flag.load(Acquire) {
+    /// Sleeps (after the usual busy poll) until `flag` is set, or until
+    /// `locked` (run at the end of this thread's own engine passes, the
+    /// engine locked) says it is done (`done`).
+    fn wait_flag_or(
+        &self,
+        flag: &AtomicBool,
+        notify: &Notify,
+        locked: Option<&mut LockedCheck<'_>>,
+        done: &dyn Fn() -> bool,
+    ) -> Result<()> {
+        if flag.load(Acquire) || done() {
             return Ok(());
         }
         self.check_may_wait()?;
         let r = self.wait_with(
             None,
             None,
-            || flag.load(Acquire).then_some(()),
+            locked,
+            || (flag.load(Acquire) || done()).then_some(()),
             |w: Waiter| {
                 notify.register(w);
                 if flag.load(Acquire) {
@@ -102,9 +112,14 @@ impl Shared {
         );
         match r {
             Some(()) => Ok(()),
-            None if flag.load(Acquire) => Ok(()),
+            None if flag.load(Acquire) || done() => Ok(()),
             None => Err(Error::Shutdown),
         }
+    }
+
+    /// Sleeps (after the usual busy poll) until `flag` is set.
+    fn wait_flag(&self, flag: &AtomicBool, notify: &Notify) -> Result<()> {
+        self.wait_flag_or(flag, notify, None, &|| false)
     }
 }
 
@@ -255,23 +270,40 @@ impl Stream {
     /// queue none, and the pass (timers, events, transmit, publishing the
     /// deadline) cost about a microsecond per 100-byte echo on loopback.
     fn try_recv(&self) -> Result<std::result::Result<Option<StreamChunk>, ()>> {
-        self.signals.readable.store(false, Release);
-        let sid = self.sid;
         let shared = &self.shared;
         let r = shared.locked(|d| {
             let now = shared.clock(d);
-            let r = d.engine.stream_recv(now, sid);
-            // More to read: say so, so that the next read does not wait. A
-            // read that leaves nothing readable leaves the flag down; the
-            // engine then reports the next bytes (`stream_readable`).
-            if matches!(r, Ok(StreamRead::Data { .. })) && d.engine.stream_readable(sid) {
-                self.signals.readable.store(true, Release);
-            }
-            if homa_proto::driver::FastPath::may_transmit(&d.engine) {
-                shared.drive(d, now, false);
-            }
-            r
+            self.read_locked(d, now)
         });
+        Self::chunk_of(r)
+    }
+
+    /// The engine's read, with the engine locked (`try_recv`, or a
+    /// waiter's own pass, `recv_chunk`).
+    fn read_locked(
+        &self,
+        d: &mut Driver,
+        now: u64,
+    ) -> std::result::Result<StreamRead, StreamError> {
+        self.signals.readable.store(false, Release);
+        let sid = self.sid;
+        let r = d.engine.stream_recv(now, sid);
+        // More to read: say so, so that the next read does not wait. A read
+        // that leaves nothing readable leaves the flag down; the engine then
+        // reports the next bytes (`stream_readable`).
+        if matches!(r, Ok(StreamRead::Data { .. })) && d.engine.stream_readable(sid) {
+            self.signals.readable.store(true, Release);
+        }
+        if homa_proto::driver::FastPath::may_transmit(&d.engine) {
+            self.shared.drive(d, now, false);
+        }
+        r
+    }
+
+    /// What a read found, as `try_recv` reports it.
+    fn chunk_of(
+        r: std::result::Result<StreamRead, StreamError>,
+    ) -> Result<std::result::Result<Option<StreamChunk>, ()>> {
         match r {
             Ok(StreamRead::Data {
                 bytes,
@@ -295,16 +327,39 @@ impl Stream {
             // report when it has (`try_recv`): wait first instead of asking
             // it to say `Pending` (a lock and an engine call per message
             // of an echo at each end).
-            if self.signals.readable.load(Acquire) {
-                if let Ok(c) = self.try_recv()? {
-                    let bytes = c.as_ref().map_or(0, |c| c.bytes.len());
-                    crate::tt!("stream read {} bytes", bytes);
-                    self.shared.give_way(bytes);
-                    return Ok(c);
-                }
+            let read = if self.signals.readable.load(Acquire) {
+                Some(self.try_recv()?)
+            } else {
+                // Wait; a pass of our own that raises the flag reads at
+                // once, in its lock (on a 100-byte echo, the read's own
+                // lock and clock read were most of what a stream's echo
+                // cost more than an RPC's).
+                let got = std::cell::Cell::new(None);
+                let mut read_in_pass = |d: &mut Driver, now: u64| {
+                    if self.signals.readable.load(Acquire) {
+                        got.set(Some(self.read_locked(d, now)));
+                    }
+                };
+                let done = || {
+                    let g = got.take();
+                    let some = g.is_some();
+                    got.set(g);
+                    some
+                };
+                self.shared.wait_flag_or(
+                    &self.signals.readable,
+                    &self.signals.read_notify,
+                    Some(&mut read_in_pass),
+                    &done,
+                )?;
+                got.take().map(Self::chunk_of).transpose()?
+            };
+            if let Some(Ok(c)) = read {
+                let bytes = c.as_ref().map_or(0, |c| c.bytes.len());
+                crate::tt!("stream read {} bytes", bytes);
+                self.shared.give_way(bytes);
+                return Ok(c);
             }
-            self.shared
-                .wait_flag(&self.signals.readable, &self.signals.read_notify)?;
         }
     }
 

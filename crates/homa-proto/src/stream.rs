@@ -212,9 +212,14 @@ impl Tx {
     /// into the next packet with the next message's first bytes, and a
     /// packet of several pieces is copied into one buffer where a packet
     /// of one piece is sent from the message's own memory.
-    fn packet_at(&self, offset: u64, limit: u64, room: usize) -> (Vec<Bytes>, Vec<u32>) {
-        let mut pieces = Vec::new();
-        let mut ends = Vec::new();
+    fn packet_at(
+        &self,
+        offset: u64,
+        limit: u64,
+        room: usize,
+        pieces: &mut Vec<Bytes>,
+        ends: &mut Vec<u32>,
+    ) {
         let mut len = 0usize;
         let mut at = offset;
         let mut i = self.msg_at(offset);
@@ -247,7 +252,6 @@ impl Tx {
                 break;
             }
         }
-        (pieces, ends)
     }
 
     /// Frees what the peer says arrived; true if `acked` moved.
@@ -538,6 +542,10 @@ pub(crate) struct Streams {
     /// Streams due a probe (or their first packets again), oldest first;
     /// each tick sends at most [`STREAM_PROBES_PER_TICK`] of them.
     probe_queue: VecDeque<StreamId>,
+    /// `send_stream_packet`'s lists of a packet's pieces and message ends,
+    /// kept for their capacity.
+    scratch_pieces: Vec<Bytes>,
+    scratch_ends: Vec<u32>,
     /// Bytes of messages sent while a stream waited (its share, see
     /// `Config::stream_share_permille`).
     debt: u64,
@@ -560,6 +568,8 @@ impl Streams {
             rotation: VecDeque::new(),
             active: BTreeSet::new(),
             probe_queue: VecDeque::new(),
+            scratch_pieces: Vec::new(),
+            scratch_ends: Vec::new(),
             debt: 0,
             short_seen: None,
             next_seq: crate::splitmix64(seed ^ 0x5354_5245_414d).max(1),
@@ -1080,19 +1090,23 @@ impl Endpoint {
             }
         };
         let echo_time = pk.map_or(0, |k| self.peers[k].echo(now, self.derived.echo_hold()));
+        // Reused: two allocations per packet were a tenth of a 100-byte
+        // echo's engine time.
+        let mut pieces = std::mem::take(&mut self.streams.scratch_pieces);
+        let mut ends = std::mem::take(&mut self.streams.scratch_ends);
+        pieces.clear();
+        ends.clear();
         let s = self.streams.table.get_mut(&sid).unwrap();
         let (offset, limit, retransmit) = match s.tx.retx {
             Some((a, b)) => (a, b, true),
             None => (s.tx.next, s.tx.end.min(s.tx.credit), false),
         };
-        let (pieces, ends) = if offset < s.tx.end && offset < limit {
-            s.tx.packet_at(offset, limit, room)
-        } else {
-            (Vec::new(), Vec::new())
-        };
+        if offset < s.tx.end && offset < limit {
+            s.tx.packet_at(offset, limit, room, &mut pieces, &mut ends);
+        }
         let payload = match pieces.len() {
             0 => Bytes::new(),
-            1 => pieces.into_iter().next().unwrap(),
+            1 => pieces.pop().unwrap(),
             _ => {
                 let mut b = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
                 for p in &pieces {
@@ -1157,6 +1171,9 @@ impl Endpoint {
                 buf.len()
             };
         self.metrics.stream_bytes_sent += payload.len() as u64;
+        pieces.clear();
+        self.streams.scratch_pieces = pieces;
+        self.streams.scratch_ends = ends;
         if outstanding {
             self.stream_activate(now, sid);
         }
@@ -1321,9 +1338,10 @@ impl Endpoint {
         if s.rx.finished() && h.fin {
             reply = true;
         }
-        if s.rx.ooo.is_empty() && !s.tx.waiting() {
-            self.streams.active.remove(&sid);
-        }
+        // A stream with nothing left to check stays in `active` until the
+        // next tick drops it: removed here and inserted again by the next
+        // send, every round trip of an echo allocated and freed a node of
+        // the set.
         let s = self.streams.table.get_mut(&sid).unwrap();
         if reply && !s.rx.credit_queued {
             s.rx.credit_queued = true;
@@ -1531,10 +1549,10 @@ impl Endpoint {
             s.rx.credit_queued = true;
             self.queue_stream_credit(sid);
         }
+        // (Nothing left to check: the next tick drops it from `active`,
+        // as for STREAM_DATA.)
         let s = self.streams.table.get_mut(&sid).unwrap();
-        if !s.tx.waiting() && s.rx.ooo.is_empty() {
-            self.streams.active.remove(&sid);
-        } else {
+        if s.tx.waiting() || !s.rx.ooo.is_empty() {
             self.stream_activate(now, sid);
         }
     }

@@ -546,6 +546,8 @@ pub(crate) struct Streams {
     /// kept for their capacity.
     scratch_pieces: Vec<Bytes>,
     scratch_ends: Vec<u32>,
+    /// `handle_stream_data`'s list of a packet's message ends (offsets).
+    scratch_ends_at: Vec<u64>,
     /// Bytes of messages sent while a stream waited (its share, see
     /// `Config::stream_share_permille`).
     debt: u64,
@@ -570,6 +572,7 @@ impl Streams {
             probe_queue: VecDeque::new(),
             scratch_pieces: Vec::new(),
             scratch_ends: Vec::new(),
+            scratch_ends_at: Vec::new(),
             debt: 0,
             short_seen: None,
             next_seq: crate::splitmix64(seed ^ 0x5354_5245_414d).max(1),
@@ -1267,10 +1270,16 @@ impl Endpoint {
             return;
         }
         let limit = s.rx.consumed + window.max(self.derived.unsched_bytes() as u64);
-        let ends: Vec<u64> = ends.iter().map(|e| h.offset + e as u64).collect();
+        // The message ends as stream offsets, in a list kept for its
+        // capacity (an allocation per packet otherwise).
+        let mut ends_at = std::mem::take(&mut self.streams.scratch_ends_at);
+        ends_at.clear();
+        ends_at.extend(ends.iter().map(|e| h.offset + e as u64));
+        let ends = &ends_at;
+        let s = self.streams.table.get_mut(&sid).unwrap();
         let landed = match payload {
             _ if plen == 0 => Landed::Duplicate,
-            StreamPayload::Bytes(p) => s.rx.land(h.offset, p, &ends, limit),
+            StreamPayload::Bytes(p) => s.rx.land(h.offset, p, ends, limit),
             StreamPayload::Landed(n) => {
                 // `stream_landing_site` checked that these bytes come next
                 // and fit; the driver wrote them into the pool allocation
@@ -1299,7 +1308,7 @@ impl Endpoint {
                         s.rx.received += n as u64;
                     }
                 }
-                for &e in &ends {
+                for &e in ends {
                     if s.rx.ends.back().is_none_or(|&b| b < e) {
                         s.rx.ends.push_back(e);
                     }
@@ -1307,6 +1316,8 @@ impl Endpoint {
                 Landed::InOrder
             }
         };
+        self.streams.scratch_ends_at = ends_at;
+        let s = self.streams.table.get_mut(&sid).unwrap();
         let mut reply = c.retransmit;
         match landed {
             Landed::InOrder => {

@@ -331,28 +331,23 @@ impl Stream {
                 Some(self.try_recv()?)
             } else {
                 // Wait; a pass of our own that raises the flag reads at
-                // once, in its lock (on a 100-byte echo, the read's own
-                // lock and clock read were most of what a stream's echo
-                // cost more than an RPC's).
-                let got = std::cell::Cell::new(None);
+                // once, in its lock (a second lock and clock read per read
+                // were one of the three things a 100-byte stream echo cost
+                // more than an RPC echo, docs/streams.md).
+                let got = std::cell::RefCell::new(None);
                 let mut read_in_pass = |d: &mut Driver, now: u64| {
                     if self.signals.readable.load(Acquire) {
-                        got.set(Some(self.read_locked(d, now)));
+                        *got.borrow_mut() = Some(self.read_locked(d, now));
                     }
                 };
-                let done = || {
-                    let g = got.take();
-                    let some = g.is_some();
-                    got.set(g);
-                    some
-                };
+                let done = || got.borrow().is_some();
                 self.shared.wait_flag_or(
                     &self.signals.readable,
                     &self.signals.read_notify,
                     Some(&mut read_in_pass),
                     &done,
                 )?;
-                got.take().map(Self::chunk_of).transpose()?
+                got.into_inner().map(Self::chunk_of).transpose()?
             };
             if let Some(Ok(c)) = read {
                 let bytes = c.as_ref().map_or(0, |c| c.bytes.len());

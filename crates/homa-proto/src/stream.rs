@@ -1276,7 +1276,6 @@ impl Endpoint {
         ends_at.clear();
         ends_at.extend(ends.iter().map(|e| h.offset + e as u64));
         let ends = &ends_at;
-        let s = self.streams.table.get_mut(&sid).unwrap();
         let landed = match payload {
             _ if plen == 0 => Landed::Duplicate,
             StreamPayload::Bytes(p) => s.rx.land(h.offset, p, ends, limit),
@@ -1317,7 +1316,6 @@ impl Endpoint {
             }
         };
         self.streams.scratch_ends_at = ends_at;
-        let s = self.streams.table.get_mut(&sid).unwrap();
         let mut reply = c.retransmit;
         match landed {
             Landed::InOrder => {
